@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything seglogfs needs on a fresh Debian machine (run as root): system packages
+# (FUSE 3, getfattr, Java for Spark) and a virtualenv at ./.venv with the project and its
+# test and Spark extras. Safe to run again; it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+ldconfig -p | grep -q 'libfuse3\.so\.3' || need_apt+=(libfuse3-3)
+command -v getfattr >/dev/null || need_apt+=(attr)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
+# systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
+[ -x /bin/kill ] || need_apt+=(procps)
+command -v "${PYTHON:-python3}" >/dev/null || need_apt+=(python3)
+# Debian's python3 lacks ensurepip (hence `python3 -m venv`) until python3-venv is installed.
+"${PYTHON:-python3}" -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "installing system packages: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.seglogfs-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip
+    # pyspark ships only as an sdist; pip builds its wheel once and caches it.
+    .venv/bin/python -m pip install -q -e '.[test,spark]'
+    touch "$stamp"
+fi
+echo "seglogfs installed in $(pwd)/.venv"

@@ -1,0 +1,77 @@
+"""Exceptions raised by the seglogfs engine.
+
+Every error that concerns bytes on disk names the file and the byte position, so an operator can
+go straight to it with ``seglogfs dump`` or ``xxd``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SeglogError(Exception):
+    """Base class of every seglogfs engine error."""
+
+
+class CorruptRecordError(SeglogError):
+    """A record batch failed validation (bad CRC, impossible length, truncated records...)."""
+
+    def __init__(self, message: str, path: str | Path | None = None, position: int | None = None):
+        self.path = str(path) if path is not None else None
+        self.position = position
+        where = ""
+        if self.path is not None:
+            where = f" in {self.path}"
+            if position is not None:
+                where += f" at position {position}"
+        super().__init__(f"{message}{where}")
+
+    def at(self, path: str | Path, base_position: int = 0) -> CorruptRecordError:
+        """The same error located in ``path``, its position shifted by ``base_position``."""
+        position = None if self.position is None else self.position + base_position
+        bare = str(self).split(" in ", 1)[0] if self.path else str(self)
+        return CorruptRecordError(bare, path, position)
+
+
+class CorruptIndexError(SeglogError):
+    """An offset or time index file is inconsistent (wrong length, entries out of order...)."""
+
+
+class OffsetOutOfRangeError(SeglogError, LookupError):
+    """An offset outside [log start offset, log end offset)."""
+
+
+class TimestampNotFoundError(SeglogError, LookupError):
+    """No record has a timestamp at or after the requested one."""
+
+
+class RecordTooLargeError(SeglogError):
+    """A batch or record larger than ``max.message.bytes``."""
+
+
+class InvalidRecordError(SeglogError, ValueError):
+    """Records handed to append are malformed (wrong types, bad JSON line...)."""
+
+
+class InvalidLogNameError(SeglogError, ValueError):
+    """A log directory name outside Kafka's rules (1-249 chars of [A-Za-z0-9._-])."""
+
+
+class LogLockedError(SeglogError):
+    """Another process owns this log for writing."""
+
+
+class ReadOnlyLogError(SeglogError):
+    """A write to a log opened read-only."""
+
+
+class ConfigError(SeglogError, ValueError):
+    """An invalid configuration value; the message names the key, the value and the reason."""
+
+    def __init__(self, key: str, value: object, reason: str):
+        self.key, self.value, self.reason = key, value, reason
+        super().__init__(f"invalid config {key}={value!r}: {reason}")
+
+
+class IndexOffsetOverflowError(SeglogError):
+    """An offset does not fit as a 32-bit offset relative to its segment's base."""
