@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -580,7 +580,7 @@ class Log:
                 self._batch_cache.move_to_end(key)
                 return cached
         data = segment.read(header.position, header.size)
-        local = replace(header, position=0)
+        local = header.at(0)
         validate_batch(data, local, path=segment.log_path)
         columns = decode_batch_columns(data, local, path=segment.log_path)
         with self._cache_lock:
@@ -626,7 +626,7 @@ class Log:
                     return
                 if header.last_offset < start:
                     continue
-                validate_batch(data, replace(header, position=0), path=segment.log_path)
+                validate_batch(data, header.at(0), path=segment.log_path)
                 yield segment, header, data
                 if header.last_offset >= end_offset - 1:
                     return
@@ -636,7 +636,7 @@ class Log:
         lo = self._start_offset if start is None else start
         hi = self._next_offset if end is None else end
         for segment, header, data in self.iter_batches(lo, hi):
-            for record in decode_batch(data, replace(header, position=0), path=segment.log_path):
+            for record in decode_batch(data, header.at(0), path=segment.log_path):
                 if lo <= record.offset < hi:
                     yield record
 
@@ -651,7 +651,10 @@ class Log:
         raise TimestampNotFoundError(f"no record in log {self.name} has a timestamp >= {timestamp_ms}")
 
     def _find_in_segment(self, segment: LogSegment, timestamp_ms: int) -> int | None:
-        indexed_offset = segment.time_index.lookup(timestamp_ms)[1]
+        # Entries are (max timestamp so far, offset): below an entry < target no record can match.
+        # Kafka looks up the target itself, which can skip an earlier record whose timestamp equals
+        # it when timestamps go backwards; target - 1 keeps "first record >= target" exact.
+        indexed_offset = segment.time_index.lookup(timestamp_ms - 1)[1]
         start = max(indexed_offset, self._start_offset, segment.base_offset)
         header = segment.find_batch(start)
         if header is None:
@@ -659,7 +662,7 @@ class Log:
         for _, batch, data in self._batches_from(segment, header.position):
             if batch.max_timestamp < timestamp_ms or batch.is_control:
                 continue
-            columns = decode_batch_columns(data, replace(batch, position=0), path=segment.log_path)
+            columns = decode_batch_columns(data, batch.at(0), path=segment.log_path)
             hits = np.flatnonzero(
                 (columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset)
             )
@@ -671,7 +674,7 @@ class Log:
         self, segment: LogSegment, position: int
     ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
         for header, data in segment.iter_batches(position):
-            validate_batch(data, replace(header, position=0), path=segment.log_path)
+            validate_batch(data, header.at(0), path=segment.log_path)
             yield segment, header, data
 
     # ================================================================== config and lifecycle

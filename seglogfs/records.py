@@ -150,6 +150,25 @@ class BatchHeader:
     def next_offset(self) -> int:
         return self.last_offset + 1
 
+    def at(self, position: int) -> BatchHeader:
+        """The same header placed at another position (e.g. 0 within a buffer holding just this batch)."""
+        return BatchHeader(
+            position,
+            self.base_offset,
+            self.last_offset,
+            self.size,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.leader_epoch,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
+
     @property
     def end_position(self) -> int:
         return self.position + self.size
@@ -190,12 +209,16 @@ class BatchHeader:
 # Shallow scanning
 
 
-def read_batch_header(buf, position: int, end: int | None = None, *, path: str | Path | None = None):
+def read_batch_header(
+    buf, position: int, end: int | None = None, *, path: str | Path | None = None, base_position: int = 0
+) -> BatchHeader | None:
     """The batch starting at ``position`` of ``buf``, or None when only a torn tail remains there.
 
-    ``buf`` is any buffer (bytes, memoryview, mmap). Raises CorruptRecordError for a size field no
+    ``buf`` is any buffer (bytes, memoryview, mmap); the header reports ``base_position + position``
+    (the position in the file ``buf`` was read from). Raises CorruptRecordError for a size field no
     valid batch can have, as Kafka's FileLogInputStream does.
     """
+    where = base_position + position
     if end is None:
         end = len(buf)
     if end - position < _MIN_HEADER_READ:
@@ -204,21 +227,21 @@ def read_batch_header(buf, position: int, end: int | None = None, *, path: str |
     magic = buf[position + 16]
     if length < _LEGACY_MIN_SIZE:
         raise CorruptRecordError(
-            f"record size {length} is smaller than the minimum record overhead", path, position
+            f"record size {length} is smaller than the minimum record overhead", path, where
         )
     size = length + LOG_OVERHEAD
     if position + size > end:
         return None
     if magic >= 2:
         if magic > 2:
-            raise CorruptRecordError(f"unknown magic {magic}", path, position)
+            raise CorruptRecordError(f"unknown magic {magic}", path, where)
         if length + LOG_OVERHEAD < V2_HEADER_SIZE:
-            raise CorruptRecordError(f"batch size {size} is below the v2 header size", path, position)
+            raise CorruptRecordError(f"batch size {size} is below the v2 header size", path, where)
         (_, _, epoch, _, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count) = (
             _V2_HEADER.unpack_from(buf, position)
         )
         return BatchHeader(
-            position,
+            where,
             base_offset,
             base_offset + last_delta,
             size,
@@ -237,10 +260,10 @@ def read_batch_header(buf, position: int, end: int | None = None, *, path: str |
     timestamp = -1
     if magic == 1:
         if length < _LEGACY_MIN_SIZE + 8:
-            raise CorruptRecordError(f"v1 message size {length} is too small", path, position)
+            raise CorruptRecordError(f"v1 message size {length} is too small", path, where)
         (timestamp,) = _INT64.unpack_from(buf, position + 18)
     return BatchHeader(
-        position,
+        where,
         base_offset,
         base_offset,
         size,
@@ -253,14 +276,17 @@ def read_batch_header(buf, position: int, end: int | None = None, *, path: str |
 
 
 def iter_batch_headers(
-    buf, start: int = 0, end: int | None = None, *, path: str | Path | None = None
+    buf, start: int = 0, end: int | None = None, *, path: str | Path | None = None, base_position: int = 0
 ) -> Iterator[BatchHeader]:
-    """Every complete batch in ``buf[start:end]``, headers only; stops silently at a torn tail."""
+    """Every complete batch in ``buf[start:end]``, headers only; stops silently at a torn tail.
+
+    Positions are reported as ``base_position`` + the position in ``buf``.
+    """
     position = start
     if end is None:
         end = len(buf)
     while True:
-        header = read_batch_header(buf, position, end, path=path)
+        header = read_batch_header(buf, position, end, path=path, base_position=base_position)
         if header is None:
             return
         yield header

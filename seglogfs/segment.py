@@ -16,7 +16,6 @@ import os
 import random
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 from .errors import CorruptIndexError, CorruptRecordError
@@ -222,10 +221,10 @@ class LogSegment:
         head = os.pread(self._fd, V2_HEADER_SIZE, position)
         # Parse just the header; whether the whole batch fits is checked against ``end`` below.
         padded = head + b"\0" * (V2_HEADER_SIZE - len(head))
-        prefix = read_batch_header(padded, 0, _NO_LIMIT, path=self.log_path)
-        if prefix is None or position + prefix.size > end:
+        header = read_batch_header(padded, 0, _NO_LIMIT, path=self.log_path, base_position=position)
+        if header is None or position + header.size > end:
             return None
-        return replace(prefix, position=position)
+        return header
 
     def find_batch(self, offset: int, start_position: int | None = None) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None."""
@@ -251,10 +250,12 @@ class LogSegment:
         while position < end:
             chunk = os.pread(self._fd, min(_READ_CHUNK, end - position), position)
             consumed = 0
-            for header in iter_batch_headers(chunk, 0, len(chunk), path=self.log_path):
-                data = chunk[header.position : header.position + header.size]
-                yield replace(header, position=position + header.position), data
-                consumed = header.position + header.size
+            for header in iter_batch_headers(
+                chunk, 0, len(chunk), path=self.log_path, base_position=position
+            ):
+                local = header.position - position
+                yield header, chunk[local : local + header.size]
+                consumed = local + header.size
             if consumed == 0:
                 # The next batch is larger than the chunk: read exactly it, or stop at a torn tail.
                 header = self.read_header(position, end)
@@ -280,8 +281,7 @@ class LogSegment:
         last_indexed = 0
         try:
             for header, data in self.iter_batches(0):
-                local = replace(header, position=0)
-                validate_batch(data, local, path=self.log_path)
+                validate_batch(data, header.at(0), path=self.log_path)
                 if header.base_offset < self.base_offset and header.magic >= 2:
                     raise CorruptRecordError(
                         f"batch offset {header.base_offset} is below the segment base {self.base_offset}",

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing (idempotent), lints, then runs pytest.
+# Arguments go to pytest, e.g. `./scripts/test.sh tests/test_config.py -q`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install.sh
+.venv/bin/ruff check .
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,124 @@
+"""The owner lock of a log directory, across processes and within one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seglogfs.errors import LogLockedError
+from seglogfs.lock import LOCK_FILE, LogLock, read_lock_holder
+
+HOLDER = """
+import sys
+from seglogfs.lock import LogLock
+lock = LogLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+sys.stdin.read()          # hold until stdin closes or we are killed
+lock.release()
+print("released", flush=True)
+"""
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A separate process holding the lock on tmp_path."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "locked\n"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_second_process_is_refused_naming_dir_and_pid(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    with pytest.raises(LogLockedError) as info:
+        LogLock(tmp_path).acquire()
+    err = info.value
+    assert err.pid == holder.pid  # type: ignore[attr-defined]
+    assert err.path == str(tmp_path)  # type: ignore[attr-defined]
+    assert f"pid {holder.pid}" in str(err)
+    assert str(tmp_path) in str(err)
+    assert read_lock_holder(tmp_path) == holder.pid
+
+
+def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    with pytest.raises(LogLockedError):
+        LogLock(tmp_path).acquire()
+    holder.send_signal(signal.SIGKILL)
+    assert holder.wait(timeout=10) == -signal.SIGKILL
+    with LogLock(tmp_path) as lock:
+        assert lock.locked
+        assert read_lock_holder(tmp_path) == os.getpid()
+
+
+def test_lock_is_released_when_the_holder_releases(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.close()
+    assert holder.stdout.readline() == "released\n"
+    lock = LogLock(tmp_path).acquire()
+    lock.release()
+    assert holder.wait(timeout=10) == 0
+
+
+def test_child_process_is_refused_while_we_hold(tmp_path: Path) -> None:
+    with LogLock(tmp_path):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys\nfrom seglogfs.errors import LogLockedError\nfrom seglogfs.lock import LogLock\n"
+                "try:\n    LogLock(sys.argv[1]).acquire()\nexcept LogLockedError as e:\n"
+                "    print(e.pid)\n    sys.exit(3)\n",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() == str(os.getpid())
+
+
+def test_second_open_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    first = LogLock(tmp_path).acquire()
+    try:
+        with pytest.raises(LogLockedError) as info:
+            LogLock(tmp_path).acquire()
+        assert info.value.pid == os.getpid()  # type: ignore[attr-defined]
+        assert first.acquire() is first  # re-acquiring the same object is a no-op
+    finally:
+        first.release()
+    assert not first.locked
+    with LogLock(tmp_path) as again:
+        assert again.locked
+    first.release()  # releasing twice is harmless
+
+
+def test_lock_file_holds_the_pid_and_stays(tmp_path: Path) -> None:
+    (tmp_path / LOCK_FILE).write_text("99999999\nstale junk from an older holder\n")
+    with LogLock(tmp_path):
+        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    assert (tmp_path / LOCK_FILE).exists()  # never unlinked (that would allow two holders)
+
+
+def test_missing_directory_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        LogLock(tmp_path / "missing").acquire()
+
+
+def test_read_lock_holder_without_file(tmp_path: Path) -> None:
+    assert read_lock_holder(tmp_path) is None
