@@ -9,7 +9,9 @@ need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 ldconfig -p | grep -q 'libfuse3\.so\.3' || need_apt+=(libfuse3-3)
 command -v getfattr >/dev/null || need_apt+=(attr)
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# Spark 4 needs Java 17 or newer.
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
 [ -x /bin/kill ] || need_apt+=(procps)

@@ -659,23 +659,17 @@ class Log:
         header = segment.find_batch(start)
         if header is None:
             return None
-        for _, batch, data in self._batches_from(segment, header.position):
+        # Headers only until a batch can hold the answer; only that batch is decoded (and cached).
+        for batch in segment.iter_headers(header.position):
             if batch.max_timestamp < timestamp_ms or batch.is_control:
                 continue
-            columns = decode_batch_columns(data, batch.at(0), path=segment.log_path)
+            columns = self._columns(segment, batch)
             hits = np.flatnonzero(
                 (columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset)
             )
             if hits.size:
                 return int(columns.offsets[hits[0]])
         return None
-
-    def _batches_from(
-        self, segment: LogSegment, position: int
-    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
-        for header, data in segment.iter_batches(position):
-            validate_batch(data, header.at(0), path=segment.log_path)
-            yield segment, header, data
 
     # ================================================================== config and lifecycle
 

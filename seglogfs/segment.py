@@ -106,7 +106,7 @@ class LogSegment:
             return _EmptyIndex(cls is OffsetIndex, self.base_offset)
         index = cls(path, self.base_offset, writable=False)
         # A reader may meet the preallocated, zero-filled tail of an active segment's index.
-        index._truncate_to_entries(index.entries_before_zero_tail())
+        index.limit_entries(index.entries_before_zero_tail())
         try:
             index.sanity_check()
         except CorruptIndexError:
@@ -228,8 +228,21 @@ class LogSegment:
 
     def find_batch(self, offset: int, start_position: int | None = None) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None."""
-        position = self.offset_index.lookup(offset)[1] if start_position is None else start_position
         end = self.size
+        if start_position is None:
+            (_, position), upper = self.offset_index.lookup_bounds(offset)
+            if upper is not None:
+                # One read when the next indexed batch already starts at or before the offset
+                # (always so when batches are larger than index.interval.bytes).
+                header = self.read_header(upper[1], end)
+                if (
+                    header is not None
+                    and header.magic >= 2
+                    and header.base_offset <= offset <= header.last_offset
+                ):
+                    return header
+        else:
+            position = start_position
         while True:
             header = self.read_header(position, end)
             if header is None:
@@ -318,11 +331,12 @@ class LogSegment:
         """The offset after the last batch: scan from the last offset-index entry to the end."""
         position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
         next_offset = self.base_offset
-        for header in self._iter_headers(position):
+        for header in self.iter_headers(position):
             next_offset = header.next_offset
         return next_offset
 
-    def _iter_headers(self, position: int) -> Iterator[BatchHeader]:
+    def iter_headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Batch headers from ``position`` on, one small read each (no batch body is read)."""
         end = self.size
         while True:
             header = self.read_header(position, end)
@@ -335,7 +349,7 @@ class LogSegment:
         """The last complete batch of the segment, or None when it is empty."""
         position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
         last = None
-        for last in self._iter_headers(position):  # noqa: B007
+        for last in self.iter_headers(position):  # noqa: B007
             pass
         return last
 

@@ -1,0 +1,428 @@
+"""``seglogfs dump``: kafka-dump-log.sh's output, line for line (kafka-format.md section 7).
+
+Files are dispatched by suffix like Kafka's DumpLogSegments: ``.log`` (and KRaft ``.checkpoint``
+snapshots) print batches and, with deep iteration, records; ``.index`` / ``.timeindex`` print their
+entries and check them against the ``.log`` next to them (problems go to stderr at the very end, in
+Kafka's words); ``.snapshot`` prints producer-state entries; ``.txnindex`` aborted transactions;
+anything else is ignored with a note on stderr.
+
+Not supported: the key/value decoder classes and the offsets / transaction-log / cluster-metadata /
+remote-log-metadata / share-group-state decoders (``--print-data-log`` always decodes as UTF-8 text,
+Kafka's default StringDecoder).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from crc32c import crc32c
+
+from .errors import CorruptIndexError, CorruptRecordError
+from .index import OffsetIndex, TimeIndex
+from .records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
+
+__all__ = ["DumpOptions", "dump_files", "open_readonly"]
+
+INT_MAX = 2**31 - 1
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CONTROL_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+_SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc32c, entry count
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, kafka-format.md section 5
+_TXN_ENTRY = struct.Struct(">hqqqq")  # 34 bytes, kafka-format.md section 8
+
+
+@dataclass
+class DumpOptions:
+    """The kafka-dump-log.sh options seglogfs understands."""
+
+    print_data_log: bool = False
+    deep_iteration: bool = False
+    verify_index_only: bool = False
+    index_sanity_check: bool = False
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_bytes: int = INT_MAX
+    skip_record_metadata: bool = False
+
+    @property
+    def is_deep(self) -> bool:
+        # Kafka: --print-data-log implies deep iteration
+        return self.deep_iteration or self.print_data_log
+
+
+@dataclass
+class _Problems:
+    """What Kafka prints on stderr after every file was dumped."""
+
+    index_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def print(self, err: TextIO) -> None:
+        # Kafka prepends to these two lists, so they come out newest first.
+        for name, pairs in self.index_mismatches.items():
+            err.write(f"Mismatches in :{name}\n")
+            for index_offset, log_offset in reversed(pairs):
+                err.write(f"  Index offset: {index_offset}, log offset: {log_offset}\n")
+        for name, pairs in self.time_mismatches.items():
+            err.write(f"Found timestamp mismatch in :{name}\n")
+            for index_ts, log_ts in pairs:
+                err.write(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}\n")
+        for name, pairs in self.time_out_of_order.items():
+            err.write(f"Found out of order timestamp in :{name}\n")
+            for index_ts, prev_ts in pairs:
+                err.write(f"  Index timestamp: {index_ts}, Previously indexed timestamp: {prev_ts}\n")
+        for pairs in self.time_not_found.values():
+            err.write("The following indexed offsets are not found in the log.\n")
+            for index_offset, log_offset in pairs:
+                err.write(f"Indexed offset: {index_offset}, found log offset: {log_offset}\n")
+        for name, pairs in self.non_consecutive.items():
+            err.write(f"Non-consecutive offsets in {name}\n")
+            for first, second in reversed(pairs):
+                err.write(f"  {first} is followed by {second}\n")
+
+
+@contextmanager
+def open_readonly(path: str | os.PathLike[str]) -> Iterator[bytes | mmap.mmap]:
+    """The whole file as a read-only buffer (mmap; ``b""`` for an empty file, which mmap refuses)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield b""
+            return
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        try:
+            yield mm
+        finally:
+            mm.close()
+
+
+def _base_offset_of(path: Path) -> int:
+    """The segment base offset from a file name (the text before the first dot)."""
+    return int(path.name.split(".")[0])
+
+
+def _log_path_of(path: Path) -> Path:
+    return path.absolute().parent / (path.name.split(".")[0] + ".log")
+
+
+def _text(data: bytes) -> str:
+    # Kafka's StringDecoder: new String(bytes, UTF-8), malformed input replaced
+    return data.decode("utf-8", "replace")
+
+
+def _optional_long(header: BatchHeader) -> str:
+    # deleteHorizonMs is the base timestamp when attribute bit 0x40 is set (KIP-534)
+    return f"OptionalLong[{header.base_timestamp}]" if header.has_delete_horizon else "OptionalLong.empty"
+
+
+def batch_line(header: BatchHeader, position: int, is_valid: bool) -> str:
+    """One batch as DumpLogSegments prints it (v2, or a legacy v0/v1 entry)."""
+    if header.magic >= 2:
+        head = (
+            f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
+            f"count: {header.records_count} "
+            f"baseSequence: {header.base_sequence} lastSequence: {header.last_sequence} "
+            f"producerId: {header.producer_id} producerEpoch: {header.producer_epoch} "
+            f"partitionLeaderEpoch: {header.leader_epoch} "
+            f"isTransactional: {str(header.is_transactional).lower()} "
+            f"isControl: {str(header.is_control).lower()} deleteHorizonMs: {_optional_long(header)}"
+        )
+    else:
+        head = f"offset: {header.last_offset}"
+    return (
+        f"{head} position: {position} {header.timestamp_type.kafka_name}: {header.max_timestamp} "
+        f"size: {header.size} magic: {header.magic} "
+        f"compresscodec: {CODEC_NAMES.get(header.compression, str(header.compression))} "
+        f"crc: {header.crc} isvalid: {str(is_valid).lower()}"
+    )
+
+
+def _control_suffix(record: DecodedRecord) -> str:
+    key = record.key or b""
+    if len(key) < 4:
+        return " controlType: UNKNOWN(-1)"
+    (type_id,) = struct.unpack_from(">h", key, 2)
+    name = CONTROL_TYPES.get(type_id, "UNKNOWN")
+    value = record.value or b""
+    if type_id in (0, 1) and len(value) >= 6:
+        (epoch,) = struct.unpack_from(">i", value, 2)
+        return f" endTxnMarker: {name} coordinatorEpoch: {epoch}"
+    # Kafka prints SNAPSHOT_HEADER / SNAPSHOT_FOOTER / KRAFT_VERSION / KRAFT_VOTERS as their JSON
+    # message form (" SnapshotHeader {...}" etc.); we do not decode those message schemas and fall
+    # back to the form Kafka uses for every other type, e.g. LEADER_CHANGE.
+    return f" controlType: {name}({type_id})"
+
+
+def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions) -> str:
+    """One record of a deep iteration (``| offset: ...``)."""
+    parts: list[str] = []
+    prefix = "| "
+    if not options.skip_record_metadata:
+        key_size = -1 if record.key is None else len(record.key)
+        value_size = -1 if record.value is None else len(record.value)
+        parts.append(
+            f"{prefix}offset: {record.offset} {header.timestamp_type.kafka_name}: {record.timestamp} "
+            f"keySize: {key_size} valueSize: {value_size}"
+        )
+        prefix = " "
+        if header.magic >= 2:
+            keys = ",".join(k for k, _ in record.headers)
+            parts.append(f" sequence: {record.sequence} headerKeys: [{keys}]")
+        else:
+            # the stray "}" is in Kafka's output too
+            parts.append(f" isValid: {str(record.is_valid).lower()} crc: {record.crc}}}")
+        if header.is_control:
+            parts.append(_control_suffix(record))
+    if options.print_data_log and not header.is_control:
+        if record.key is not None:
+            parts.append(f"{prefix}key: {_text(record.key)}")
+        if record.value is not None:
+            parts.append(f" payload: {_text(record.value)}")
+    return "".join(parts)
+
+
+def _dump_log(path: Path, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems) -> None:
+    name = path.name
+    if name.endswith(".log"):
+        out.write(f"Log starting offset: {_base_offset_of(path)}\n")
+    elif name == "bootstrap.checkpoint":
+        out.write("KRaft bootstrap snapshot\n")
+    else:  # <20-digit end offset>-<10-digit epoch>.checkpoint
+        offset, _, epoch = name.split(".")[0].partition("-")
+        out.write(f"Snapshot end offset: {int(offset)}, epoch: {int(epoch)}\n")
+    with open_readonly(path) as buf:
+        end = min(len(buf), options.max_bytes)
+        valid_bytes = 0
+        last_offset = -1
+        abs_path = str(path.absolute())
+        try:
+            for header in iter_batch_headers(buf, 0, end, path=path):
+                try:
+                    validate_batch(buf, header, path=path)
+                    is_valid = True
+                except CorruptRecordError:
+                    is_valid = False
+                out.write(batch_line(header, valid_bytes, is_valid) + "\n")
+                if options.is_deep:
+                    try:
+                        records = decode_batch_all(buf, header, path=path)
+                    except CorruptRecordError as exc:
+                        err.write(f"{exc}\n")
+                        records = []
+                    for record in records:
+                        if last_offset != -1 and record.offset != last_offset + 1:
+                            problems.non_consecutive.setdefault(abs_path, []).append(
+                                (last_offset, record.offset)
+                            )
+                        last_offset = record.offset
+                        out.write(record_line(header, record, options) + "\n")
+                valid_bytes += header.size
+        except CorruptRecordError as exc:
+            # Kafka stops with an exception here (impossible batch size); we say where and go on.
+            err.write(f"{exc}\n")
+        trailing = end - valid_bytes
+        if trailing > 0 and options.max_bytes == INT_MAX:
+            out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
+
+
+def _batch_at(buf, position: int, end: int, path: Path) -> BatchHeader | None:
+    """The complete batch starting at ``position`` within ``[position, end)``, or None."""
+    if position < 0 or position >= end:
+        return None
+    try:
+        return next(iter_batch_headers(buf, position, end, path=path), None)
+    except CorruptRecordError:
+        return None
+
+
+def _dump_index(
+    path: Path, display: str, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems
+) -> None:
+    base = _base_offset_of(path)
+    index = OffsetIndex(path, base, writable=False)
+    try:
+        if index.entries == 0:
+            out.write(f"{display} is empty.\n")
+            return
+        if options.index_sanity_check:
+            index.sanity_check()
+            out.write(f"{display} passed sanity check.\n")
+            return
+        log_path = _log_path_of(path)
+        if not log_path.exists():
+            err.write(f"Cannot check {path}: {log_path} does not exist\n")
+        with open_readonly(log_path) if log_path.exists() else _empty() as buf:
+            for i in range(index.entries):
+                offset, position = index.entry(i)
+                # a crash can leave a zero-filled preallocated tail: stop at the first zero entry
+                if offset == base and i > 0:
+                    return
+                if log_path.exists():
+                    end = min(len(buf), position + options.max_message_size)
+                    batch = _batch_at(buf, position, end, log_path)
+                    log_offset = -1 if batch is None else batch.last_offset
+                    if log_offset != offset:
+                        problems.index_mismatches.setdefault(str(path.absolute()), []).append(
+                            (offset, log_offset)
+                        )
+                if not options.verify_index_only:
+                    out.write(f"offset: {offset} position: {position}\n")
+    finally:
+        index.close()
+
+
+@contextmanager
+def _empty() -> Iterator[bytes]:
+    yield b""
+
+
+def _max_record_timestamp(buf, header: BatchHeader, path: Path) -> int:
+    try:
+        records = decode_batch_all(buf, header, path=path)
+    except CorruptRecordError:
+        return header.max_timestamp
+    return max((r.timestamp for r in records), default=-1)
+
+
+def _dump_time_index(
+    path: Path, display: str, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems
+) -> None:
+    base = _base_offset_of(path)
+    time_index = TimeIndex(path, base, writable=False)
+    index_path = path.absolute().parent / (path.name.split(".")[0] + ".index")
+    offset_index = OffsetIndex(index_path, base, writable=False) if index_path.exists() else None
+    try:
+        if options.index_sanity_check:
+            time_index.sanity_check()
+            out.write(f"{display} passed sanity check.\n")
+            return
+        log_path = _log_path_of(path)
+        if not log_path.exists():
+            err.write(f"Cannot check {path}: {log_path} does not exist\n")
+        abs_path = str(path.absolute())
+        prev_ts = -1
+        with open_readonly(log_path) if log_path.exists() else _empty() as buf:
+            for i in range(time_index.entries):
+                timestamp, offset = time_index.entry(i)
+                if offset == base and i > 0:
+                    return
+                if log_path.exists():
+                    position = offset_index.lookup(offset)[1] if offset_index is not None else 0
+                    found = None
+                    try:
+                        for header in iter_batch_headers(buf, position, path=log_path):
+                            if header.last_offset >= offset:
+                                found = header
+                                break
+                    except CorruptRecordError as exc:
+                        err.write(f"{exc}\n")
+                    if found is None:
+                        problems.time_not_found.setdefault(abs_path, []).append((offset, -1))
+                    elif found.last_offset != offset:
+                        problems.time_not_found.setdefault(abs_path, []).append((offset, found.last_offset))
+                    else:
+                        max_ts = _max_record_timestamp(buf, found, log_path)
+                        if max_ts != timestamp:
+                            problems.time_mismatches.setdefault(abs_path, []).append((timestamp, max_ts))
+                        if prev_ts >= timestamp:
+                            problems.time_out_of_order.setdefault(abs_path, []).append((timestamp, prev_ts))
+                if not options.verify_index_only:
+                    out.write(f"timestamp: {timestamp} offset: {offset}\n")
+                prev_ts = timestamp
+    finally:
+        time_index.close()
+        if offset_index is not None:
+            offset_index.close()
+
+
+def _optional(value: int) -> str:
+    return "OptionalLong.empty" if value < 0 else f"OptionalLong[{value}]"
+
+
+def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
+    data = path.read_bytes()
+    if len(data) < _SNAPSHOT_HEAD.size:
+        err.write(f"Snapshot {path} is truncated: {len(data)} bytes\n")
+        return
+    version, stored_crc, count = _SNAPSHOT_HEAD.unpack_from(data)
+    computed = crc32c(data[6:])
+    if stored_crc != computed:
+        err.write(
+            f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored_crc}. "
+            f"Computed crc: {computed}\n"
+        )
+        return
+    if version != 1 or count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+        err.write(f"Snapshot {path} has version {version} and {count} entries in {len(data)} bytes\n")
+        return
+    for i in range(count):
+        pid, epoch, last_seq, last_offset, offset_delta, timestamp, coord_epoch, txn_first = (
+            _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+        )
+        first_seq = (
+            last_seq - offset_delta if last_seq >= offset_delta else INT_MAX - (offset_delta - last_seq) + 1
+        )
+        out.write(
+            f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coord_epoch} "
+            f"currentTxnFirstOffset: {_optional(txn_first)} lastTimestamp: {timestamp} "
+            f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
+            f"offsetDelta: {offset_delta} timestamp: {timestamp}\n"
+        )
+
+
+def _dump_txn_index(path: Path, out: TextIO) -> None:
+    data = path.read_bytes()
+    for pos in range(0, len(data) - _TXN_ENTRY.size + 1, _TXN_ENTRY.size):
+        version, pid, first, last, lso = _TXN_ENTRY.unpack_from(data, pos)
+        out.write(
+            f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+            f"lastStableOffset: {lso}\n"
+        )
+
+
+def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: TextIO) -> int:
+    """Dump every file in ``paths`` (as given on the command line); returns an exit status."""
+    problems = _Problems()
+    status = 0
+    for arg in paths:
+        path = Path(arg)
+        out.write(f"Dumping {arg}\n")
+        suffix = path.suffix
+        try:
+            if suffix in (".log", ".checkpoint"):
+                _dump_log(path, options, out, err, problems)
+            elif suffix == ".index":
+                _dump_index(path, arg, options, out, err, problems)
+            elif suffix == ".timeindex":
+                _dump_time_index(path, arg, options, out, err, problems)
+            elif suffix == ".snapshot":
+                _dump_producer_snapshot(path, out, err)
+            elif suffix == ".txnindex":
+                _dump_txn_index(path, out)
+            else:
+                err.write(f"Ignoring unknown file {arg}\n")
+        except (OSError, ValueError, CorruptIndexError) as exc:
+            # CorruptIndexError: --index-sanity-check failed; ValueError: a name that is not an offset
+            err.write(f"{type(exc).__name__}: {exc}\n")
+            status = 1
+    out.flush()
+    problems.print(err)
+    return status

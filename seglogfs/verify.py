@@ -1,0 +1,447 @@
+"""``seglogfs verify``: check every batch CRC and every index entry of data dirs, log dirs or segments.
+
+A segment is sound when:
+
+* every batch header is plausible and its CRC matches (CRC-32C for v2, CRC-32 for v0/v1), offsets
+  increase from batch to batch, and no bytes trail the last complete batch;
+* every ``.index`` entry (O, P) points at the start P of a batch whose lastOffset is O (Kafka's
+  per-batch indexing rule, also what kafka-dump-log.sh checks), with offsets and positions increasing;
+* every ``.timeindex`` entry (T, O) names the lastOffset O of a batch whose max timestamp is T, with
+  timestamps increasing; in an inactive segment the last entry holds the segment's max timestamp
+  (Kafka writes it on roll, and retention reads it);
+* the index files exist, pass Kafka's sanity check, and are trimmed unless the segment is the active
+  (last) one, which a running writer keeps preallocated;
+* producer snapshots have a valid CRC-32C.
+
+Every problem names the file and the byte position in it. Reading needs no lock: only complete
+batches are looked at.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+from crc32c import crc32c
+
+from .dump import open_readonly
+from .errors import CorruptIndexError, CorruptRecordError
+from .index import OffsetIndex, TimeIndex
+from .records import iter_batch_headers, validate_batch
+
+__all__ = ["Problem", "Progress", "VerifyReport", "find_segments", "verify_paths", "verify_segment"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One defect: the file, the byte position in it (when there is one) and what is wrong."""
+
+    path: Path
+    position: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}: position {self.position}" if self.position is not None else str(self.path)
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of a verification run."""
+
+    logs: int = 0
+    segments: int = 0
+    batches: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Progress:
+    """A plain ``\\r`` progress bar over a byte total, drawn at most 10 times a second."""
+
+    def __init__(self, total: int, stream: TextIO, width: int = 30) -> None:
+        self.total = max(total, 1)
+        self.stream = stream
+        self.width = width
+        self.done = 0
+        self._last_draw = 0.0
+        self._label = ""
+
+    def start_file(self, label: str) -> None:
+        self._label = label
+        self._draw(force=True)
+
+    def advance(self, nbytes: int) -> None:
+        self.done += nbytes
+        self._draw()
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_draw < 0.1:
+            return
+        self._last_draw = now
+        frac = min(self.done / self.total, 1.0)
+        filled = int(frac * self.width)
+        bar = "#" * filled + "." * (self.width - filled)
+        label = self._label[-40:]
+        self.stream.write(
+            f"\r[{bar}] {frac * 100:5.1f}% {_human(self.done)}/{_human(self.total)} {label:<40}"
+        )
+        self.stream.flush()
+
+    def finish(self) -> None:
+        self.done = self.total
+        self._draw(force=True)
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _segment_logs(log_dir: Path) -> list[Path]:
+    logs = [p for p in log_dir.glob("*.log") if p.is_file() and p.name.split(".")[0].isdigit()]
+    return sorted(logs, key=lambda p: int(p.name.split(".")[0]))
+
+
+def find_segments(paths: Iterable[str | Path]) -> tuple[list[list[Path]], list[Problem]]:
+    """Group the ``.log`` files to check by log dir, oldest segment first.
+
+    A path may be a data dir (its subdirectories holding segments), a log dir, or a segment file
+    (``.log``, ``.index`` or ``.timeindex``: the whole segment is checked).
+    """
+    groups: dict[Path, set[Path]] = {}
+    problems: list[Problem] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            stem = path.name.split(".")[0]
+            if path.suffix in (".log", ".index", ".timeindex") and stem.isdigit():
+                groups.setdefault(path.parent, set()).add(path.parent / f"{stem}.log")
+            else:
+                problems.append(Problem(path, None, "not a segment file (.log, .index or .timeindex)"))
+        elif path.is_dir():
+            own = _segment_logs(path)
+            if own or any(path.glob("*.index")) or any(path.glob("*.timeindex")):
+                groups.setdefault(path, set()).update(own)
+                continue
+            subdirs = sorted(p for p in path.iterdir() if p.is_dir())
+            for sub in subdirs:
+                logs = _segment_logs(sub)
+                if logs:
+                    groups.setdefault(sub, set()).update(logs)
+        else:
+            problems.append(Problem(path, None, "no such file or directory"))
+    ordered = [sorted(files, key=lambda p: int(p.name.split(".")[0])) for _, files in sorted(groups.items())]
+    return ordered, problems
+
+
+@dataclass
+class _Batches:
+    """Positions, last offsets and max timestamps of a segment's batches (compact int64 arrays)."""
+
+    positions: array = field(default_factory=lambda: array("q"))
+    last_offsets: array = field(default_factory=lambda: array("q"))
+    max_timestamps: array = field(default_factory=lambda: array("q"))
+
+    def numpy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (
+            np.frombuffer(self.positions, dtype=np.int64) if self.positions else np.zeros(0, np.int64),
+            np.frombuffer(self.last_offsets, dtype=np.int64) if self.last_offsets else np.zeros(0, np.int64),
+            np.frombuffer(self.max_timestamps, dtype=np.int64)
+            if self.max_timestamps
+            else np.zeros(0, np.int64),
+        )
+
+
+def _scan_log(
+    log_path: Path, base_offset: int, report: VerifyReport, progress: Progress | None
+) -> tuple[_Batches, int, int]:
+    """CRC-check every batch; returns the batch table, the valid byte count and the file size."""
+    batches = _Batches()
+    problems = report.problems
+    with open_readonly(log_path) as buf:
+        size = len(buf)
+        valid_end = 0
+        next_offset = base_offset
+        reported = 0
+        try:
+            for header in iter_batch_headers(buf, path=log_path):
+                try:
+                    validate_batch(buf, header, path=log_path)
+                except CorruptRecordError as exc:
+                    problems.append(Problem(log_path, header.position, f"corrupt batch: {_bare(exc)}"))
+                if header.base_offset < next_offset:
+                    problems.append(
+                        Problem(
+                            log_path,
+                            header.position,
+                            f"batch offsets {header.base_offset}..{header.last_offset} do not follow "
+                            f"the previous batch (next offset {next_offset})",
+                        )
+                    )
+                if header.last_offset < header.base_offset:
+                    problems.append(
+                        Problem(log_path, header.position, f"lastOffset {header.last_offset} < baseOffset")
+                    )
+                next_offset = max(next_offset, header.last_offset + 1)
+                batches.positions.append(header.position)
+                batches.last_offsets.append(header.last_offset)
+                batches.max_timestamps.append(header.max_timestamp)
+                valid_end = header.position + header.size
+                report.batches += 1
+                if progress is not None and valid_end - reported >= 1 << 20:
+                    progress.advance(valid_end - reported)
+                    reported = valid_end
+        except CorruptRecordError as exc:
+            problems.append(
+                Problem(log_path, exc.position, f"corrupt batch: {_bare(exc)}; rest of file unread")
+            )
+            valid_end = size  # already reported: do not also call the rest "trailing bytes"
+        if valid_end < size:
+            problems.append(
+                Problem(
+                    log_path,
+                    valid_end,
+                    f"{size - valid_end} bytes after the last complete batch (torn or partial write)",
+                )
+            )
+        if progress is not None:
+            progress.advance(size - reported)
+        report.bytes += size
+    return batches, valid_end, size
+
+
+def _bare(exc: CorruptRecordError) -> str:
+    """The message without its " in <path> at position <n>" suffix (the Problem says where)."""
+    return str(exc).split(" in ", 1)[0] if exc.path else str(exc)
+
+
+def _drop_zero_tail(index: OffsetIndex | TimeIndex, path: Path, active: bool, problems: list[Problem]) -> int:
+    """Limit ``index`` to its entries before a zero-filled tail, then run Kafka's sanity check.
+
+    The active segment's index is preallocated while a writer runs, so its tail is expected; any
+    other segment's index must be trimmed (the broker would take the zeros for entries).
+    """
+    n = index.entries_before_zero_tail()
+    if n < index.entries:
+        if not active:
+            problems.append(
+                Problem(
+                    path,
+                    n * index.ENTRY_SIZE,
+                    f"{index.entries - n} zero-filled entries after the last one (not trimmed)",
+                )
+            )
+        index.limit_entries(n)
+    try:
+        index.sanity_check()
+    except CorruptIndexError as exc:
+        problems.append(Problem(path, None, f"fails Kafka's sanity check: {exc}"))
+    return n
+
+
+def _check_offset_index(
+    path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]
+) -> None:
+    index = OffsetIndex(path, base, writable=False)
+    try:
+        n = _drop_zero_tail(index, path, active, problems)
+        offsets, positions = index.to_arrays()
+    finally:
+        index.close()
+    if n == 0:
+        return
+    bad = np.flatnonzero((np.diff(offsets) <= 0) | (np.diff(positions) <= 0)) + 1
+    for i in bad[:20]:
+        problems.append(
+            Problem(
+                path,
+                int(i) * 8,
+                f"entry {i} (offset {offsets[i]}, position {positions[i]}) does not "
+                f"increase on the entry before it (offset {offsets[i - 1]}, position {positions[i - 1]})",
+            )
+        )
+    bpos, blast, _ = batches.numpy()
+    if len(bpos):
+        slot = np.searchsorted(bpos, positions)
+        clipped = np.minimum(slot, len(bpos) - 1)
+        at_start = (slot < len(bpos)) & (bpos[clipped] == positions)
+        wrong = np.flatnonzero(~at_start | (blast[clipped] != offsets))
+    else:
+        clipped = np.zeros(n, np.int64)
+        at_start = np.zeros(n, bool)
+        wrong = np.arange(n)
+    for i in wrong[:50]:
+        pos, off = int(positions[i]), int(offsets[i])
+        if not at_start[i]:
+            why = f"no batch starts at position {pos} of the .log"
+        else:
+            why = f"the batch at position {pos} has lastOffset {int(blast[clipped[i]])}"
+        problems.append(Problem(path, int(i) * 8, f"entry {i} (offset {off}, position {pos}): {why}"))
+    if len(wrong) > 50:
+        problems.append(Problem(path, None, f"... and {len(wrong) - 50} more wrong entries"))
+
+
+def _check_time_index(
+    path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]
+) -> None:
+    index = TimeIndex(path, base, writable=False)
+    try:
+        n = _drop_zero_tail(index, path, active, problems)
+        stamps, offsets = index.to_arrays()
+    finally:
+        index.close()
+    _, blast, bmax = batches.numpy()
+    if n:
+        bad = np.flatnonzero((np.diff(stamps) <= 0) | (np.diff(offsets) < 0)) + 1
+        for i in bad[:20]:
+            problems.append(
+                Problem(
+                    path,
+                    int(i) * 12,
+                    f"entry {i} (timestamp {stamps[i]}, offset {offsets[i]}) is out of "
+                    f"order after (timestamp {stamps[i - 1]}, offset {offsets[i - 1]})",
+                )
+            )
+        if len(blast):
+            slot = np.searchsorted(blast, offsets)
+            clipped = np.minimum(slot, len(blast) - 1)
+            found = (slot < len(blast)) & (blast[clipped] == offsets)
+            wrong = np.flatnonzero(~found | (bmax[clipped] != stamps))
+        else:
+            clipped = np.zeros(n, np.int64)
+            found = np.zeros(n, bool)
+            wrong = np.arange(n)
+        for i in wrong[:50]:
+            ts, off = int(stamps[i]), int(offsets[i])
+            if not found[i]:
+                why = f"no batch has lastOffset {off}"
+            else:
+                why = f"the batch with lastOffset {off} has max timestamp {int(bmax[clipped[i]])}"
+            problems.append(Problem(path, int(i) * 12, f"entry {i} (timestamp {ts}, offset {off}): {why}"))
+        if len(wrong) > 50:
+            problems.append(Problem(path, None, f"... and {len(wrong) - 50} more wrong entries"))
+    if not active and len(bmax):
+        seg_max = int(bmax.max())
+        last_ts = int(stamps[-1]) if n else -1
+        if seg_max >= 0 and last_ts != seg_max:
+            problems.append(
+                Problem(
+                    path,
+                    max(n - 1, 0) * 12,
+                    f"last entry timestamp {last_ts} is not the segment's max timestamp {seg_max} "
+                    "(written on roll; retention reads it)",
+                )
+            )
+
+
+def verify_segment(
+    log_path: Path, *, active: bool, report: VerifyReport, progress: Progress | None = None
+) -> int:
+    """Check one segment (.log with its .index and .timeindex), adding problems to ``report``.
+
+    Returns the segment's next offset (last batch's lastOffset + 1, or its base when empty).
+    """
+    report.segments += 1
+    base = int(log_path.name.split(".")[0])
+    batches, _valid_end, size = _scan_log(log_path, base, report, progress)
+    next_offset = batches.last_offsets[-1] + 1 if batches.last_offsets else base
+    stem = log_path.with_suffix("")
+    for suffix, check in ((".index", _check_offset_index), (".timeindex", _check_time_index)):
+        path = stem.with_name(stem.name + suffix)
+        if not path.exists():
+            if size > 0:
+                report.problems.append(Problem(path, None, "missing (Kafka would rebuild it on recovery)"))
+            continue
+        try:
+            check(path, base, batches, active, report.problems)
+        except OSError as exc:
+            report.problems.append(Problem(path, None, f"cannot read: {exc}"))
+    return next_offset
+
+
+def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> None:
+    """Segment-level checks of one log dir: orphan indexes, overlapping segments, producer snapshots."""
+    bases = {p.name.split(".")[0] for p in logs}
+    for suffix in ("*.index", "*.timeindex"):
+        for p in sorted(log_dir.glob(suffix)):
+            stem = p.name.split(".")[0]
+            if stem.isdigit() and stem not in bases and not (log_dir / f"{stem}.log").exists():
+                report.problems.append(Problem(p, None, "index without a .log (Kafka deletes it at load)"))
+    for snap in sorted(log_dir.glob("*.snapshot")):
+        data = snap.read_bytes()
+        if len(data) < 10 or int.from_bytes(data[2:6], "big") != crc32c(data[6:]):
+            report.problems.append(Problem(snap, 2, "producer snapshot CRC-32C does not match"))
+
+
+def verify_paths(paths: Sequence[str | Path], *, progress_stream: TextIO | None = None) -> VerifyReport:
+    """Verify data dirs, log dirs or segment files; draws a progress bar on ``progress_stream``."""
+    report = VerifyReport()
+    groups, problems = find_segments(paths)
+    report.problems.extend(problems)
+    total = sum(p.stat().st_size for group in groups for p in group if p.exists())
+    progress = Progress(total, progress_stream) if progress_stream is not None else None
+    for group in groups:
+        report.logs += 1
+        log_dir = group[0].parent
+        all_logs = _segment_logs(log_dir)
+        active = all_logs[-1] if all_logs else None
+        prev: tuple[Path, int] | None = None
+        for log_path in group:
+            if progress is not None:
+                progress.start_file(f"{log_dir.name}/{log_path.name}")
+            if not log_path.exists():
+                report.problems.append(Problem(log_path, None, "missing: the index files have no .log"))
+                continue
+            try:
+                next_offset = verify_segment(
+                    log_path, active=log_path == active, report=report, progress=progress
+                )
+            except OSError as exc:
+                report.problems.append(Problem(log_path, None, f"cannot read: {exc}"))
+                continue
+            base = int(log_path.name.split(".")[0])
+            if prev is not None and base < prev[1]:
+                report.problems.append(
+                    Problem(
+                        log_path,
+                        0,
+                        f"segment base offset {base} overlaps {prev[0].name}, which ends at "
+                        f"offset {prev[1] - 1}",
+                    )
+                )
+            prev = (log_path, next_offset)
+        _check_log_dir(log_dir, group, report)
+    if progress is not None:
+        progress.finish()
+    return report
+
+
+def main(paths: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run ``seglogfs verify``: problems on ``out``, progress and summary on ``err``; 0 when sound."""
+    report = verify_paths(paths, progress_stream=err if err.isatty() else None)
+    for problem in report.problems:
+        out.write(f"{problem}\n")
+    out.flush()
+    verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    err.write(
+        f"verified {report.logs} log(s), {report.segments} segment(s), {report.batches} batch(es), "
+        f"{report.bytes} bytes: {verdict}\n"
+    )
+    return 0 if report.ok else 1

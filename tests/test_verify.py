@@ -1,0 +1,241 @@
+"""``seglogfs verify`` on the real Kafka data dir and on damaged copies, run as a subprocess."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kafka.record import MemoryRecords
+
+from seglogfs.verify import Progress, verify_paths
+
+TESTDATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+SEG = "00000000000000000000"
+
+
+def run_verify(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def writable_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    for root, dirs, files in os.walk(dst):
+        for name in dirs + files:
+            os.chmod(Path(root) / name, 0o755 if name in dirs else 0o644)
+    return dst
+
+
+def batches_of(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(position, size, lastOffset, maxTimestamp) per batch, parsed by kafka-python."""
+    out = []
+    records = MemoryRecords(data)
+    pos = 0
+    while records.has_next():
+        b = records.next_batch()
+        out.append((pos, b.size_in_bytes, b.last_offset, b.max_timestamp))
+        pos += b.size_in_bytes
+    return out
+
+
+def build_indexes(batches, base: int, interval: int = 4096, final_entry: bool = True) -> tuple[bytes, bytes]:
+    """.index and .timeindex bytes by Kafka's per-batch rule (kafka-format.md section 3)."""
+    index, timeindex = bytearray(), bytearray()
+    since = 0
+    max_ts, max_ts_offset = -1, base
+    last_time_ts = -1
+    for pos, size, last_offset, ts in batches:
+        if ts > max_ts:
+            max_ts, max_ts_offset = ts, last_offset
+        if since > interval:
+            index += struct.pack(">ii", last_offset - base, pos)
+            if max_ts > last_time_ts:
+                timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
+                last_time_ts = max_ts
+            since = 0
+        since += size
+    if final_entry and max_ts > last_time_ts:  # written on roll / close
+        timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
+    return bytes(index), bytes(timeindex)
+
+
+def test_index_builder_reproduces_the_broker_files():
+    """The helper below is trusted only because it rebuilds Kafka's own files byte for byte."""
+    for part in ("__consumer_offsets-15", "__cluster_metadata-0"):
+        d = TESTDATA / part
+        index, timeindex = build_indexes(batches_of((d / f"{SEG}.log").read_bytes()), 0)
+        assert index == (d / f"{SEG}.index").read_bytes()
+        assert timeindex == (d / f"{SEG}.timeindex").read_bytes()
+
+
+def test_real_data_dir_is_sound(tmp_path):
+    data = writable_copy(TESTDATA, tmp_path / "data")
+    proc = run_verify(data)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert "54 log(s)" in proc.stderr and "1930 batch(es)" in proc.stderr and "OK" in proc.stderr
+    assert "\r" not in proc.stderr  # no progress bar when stderr is not a terminal
+    # a log dir and single segment files are accepted too
+    part = data / "__cluster_metadata-0"
+    assert run_verify(part).returncode == 0
+    assert run_verify(part / f"{SEG}.log", part / f"{SEG}.timeindex").returncode == 0
+
+
+def test_flipped_byte_inside_a_batch(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    log = part / f"{SEG}.log"
+    data = bytearray(log.read_bytes())
+    pos, size, _, _ = batches_of(bytes(data))[10]
+    data[pos + size - 5] ^= 0x01  # inside the records, covered by the CRC
+    log.write_bytes(bytes(data))
+    proc = run_verify(tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{log}: position {pos}: ")
+    assert "CRC" in lines[0]
+
+
+def test_corrupt_offset_index_entry(tmp_path):
+    part = writable_copy(TESTDATA / "__cluster_metadata-0", tmp_path / "__cluster_metadata-0")
+    index = part / f"{SEG}.index"
+    raw = bytearray(index.read_bytes())
+    rel, pos = struct.unpack_from(">ii", raw, 3 * 8)
+    struct.pack_into(">ii", raw, 3 * 8, rel, pos + 1)  # entry 3 points inside a batch
+    index.write_bytes(bytes(raw))
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{index}: position 24: entry 3 (offset {rel}, position {pos + 1}): "
+        f"no batch starts at position {pos + 1} of the .log"
+    ]
+
+
+def test_corrupt_time_index_entry(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    tindex = part / f"{SEG}.timeindex"
+    raw = bytearray(tindex.read_bytes())
+    ts, rel = struct.unpack_from(">qi", raw, 2 * 12)
+    struct.pack_into(">q", raw, 2 * 12, ts + 1)  # still increasing, but not the batch's max timestamp
+    tindex.write_bytes(bytes(raw))
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{tindex}: position 24: entry 2 (timestamp {ts + 1}, offset {rel}): "
+        f"the batch with lastOffset {rel} has max timestamp {ts}"
+    ]
+
+
+def test_truncated_log_and_missing_index(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    log = part / f"{SEG}.log"
+    data = log.read_bytes()
+    log.write_bytes(data[:-10])
+    (part / f"{SEG}.timeindex").unlink()
+    last_pos = batches_of(data)[-1][0]
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    out = proc.stdout.splitlines()
+    assert (
+        f"{log}: position {last_pos}: {len(data) - 10 - last_pos} bytes after the last complete batch"
+        in "\n".join(out)
+    )
+    assert any(line.startswith(f"{part / (SEG + '.timeindex')}: missing") for line in out)
+
+
+@pytest.fixture
+def two_segments(tmp_path) -> Path:
+    """The consumer-offsets log split into an inactive and an active segment, indexes by Kafka's rule."""
+    src = (TESTDATA / "__consumer_offsets-15" / f"{SEG}.log").read_bytes()
+    batches = batches_of(src)
+    cut = len(batches) // 2
+    part = tmp_path / "events-0"
+    part.mkdir()
+    first = batches[:cut]
+    second_base = first[-1][2] + 1
+    split = batches[cut][0]
+    second = [(p - split, s, o, t) for p, s, o, t in batches[cut:]]
+    for base, chunk, data, final in (
+        (0, first, src[:split], True),
+        (second_base, second, src[split:], False),
+    ):
+        name = f"{base:020d}"
+        (part / f"{name}.log").write_bytes(data)
+        index, timeindex = build_indexes(chunk, base, interval=1024, final_entry=final)
+        (part / f"{name}.index").write_bytes(index)
+        (part / f"{name}.timeindex").write_bytes(timeindex)
+    return part
+
+
+def test_rule_built_segments_are_sound(two_segments):
+    report = verify_paths([two_segments])
+    assert report.problems == []
+    assert report.segments == 2 and report.logs == 1
+
+
+def test_untrimmed_index_only_allowed_on_the_active_segment(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    active_index = logs[1].with_suffix(".index")
+    with active_index.open("ab") as f:
+        f.write(bytes(8 * 100))  # a running writer keeps the active indexes preallocated
+    with active_index.with_suffix(".timeindex").open("ab") as f:
+        f.write(bytes(12 * 100))  # zeros here would fail Kafka's time-index sanity check on their own
+    assert verify_paths([two_segments]).problems == []
+    inactive_index = logs[0].with_suffix(".index")
+    n = inactive_index.stat().st_size // 8
+    with inactive_index.open("ab") as f:
+        f.write(bytes(8 * 100))
+    problems = verify_paths([two_segments]).problems
+    assert [(p.path, p.position) for p in problems] == [(inactive_index, n * 8)]
+    assert "not trimmed" in problems[0].message
+
+
+def test_inactive_segment_without_final_time_entry(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    tindex = logs[0].with_suffix(".timeindex")
+    tindex.write_bytes(tindex.read_bytes()[:-12])  # drop the entry written on roll
+    problems = verify_paths([two_segments]).problems
+    assert len(problems) == 1 and problems[0].path == tindex
+    assert "max timestamp" in problems[0].message
+
+
+def test_overlapping_segments_and_orphan_index(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    (two_segments / "00000000000000009999.index").write_bytes(b"")
+    second_base = int(logs[1].name.split(".")[0])
+    # rename the second segment to a base below the end of the first one
+    lower = f"{second_base - 1:020d}"
+    for suffix in (".log", ".index", ".timeindex"):
+        logs[1].with_suffix(suffix).rename(two_segments / f"{lower}{suffix}")
+    problems = verify_paths([two_segments]).problems
+    messages = [str(p) for p in problems]
+    assert any("overlaps" in m and lower in m for m in messages)
+    assert any("00000000000000009999.index" in m and "without a .log" in m for m in messages)
+
+
+def test_missing_path_fails(tmp_path):
+    proc = run_verify(tmp_path / "nope")
+    assert proc.returncode == 1
+    assert "no such file or directory" in proc.stdout
+
+
+def test_progress_bar_draws_to_a_stream():
+    stream = io.StringIO()
+    bar = Progress(4 << 20, stream, width=10)
+    bar.start_file("events-0/00000000000000000000.log")
+    bar.advance(2 << 20)
+    bar.finish()
+    text = stream.getvalue()
+    assert text.startswith("\r[..........]   0.0%")
+    assert "\r[##########] 100.0% 4.0 MiB/4.0 MiB events-0/00000000000000000000.log" in text
+    assert text.endswith("\n")
