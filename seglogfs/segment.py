@@ -70,8 +70,13 @@ class LogSegment:
         self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX)
         self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
-        self._fd = os.open(self.log_path, flags | os.O_CLOEXEC, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._open_flags = flags | os.O_CLOEXEC
+        self._fd_value = -1
+        if writable and not self.log_path.exists():
+            self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
+        # Existing segments open their .log only when first read or written (1000 segments must not
+        # hold 1000 descriptors); the size comes from the directory entry.
+        self.size = os.stat(self.log_path).st_size
         self._lock = threading.Lock()
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
@@ -80,6 +85,14 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._rolling_based_timestamp: int | None = None
         self.needs_index_rebuild = writable and not self.index_path.exists()
+
+    @property
+    def _fd(self) -> int:
+        if self._fd_value < 0:
+            with self._lock:
+                if self._fd_value < 0:
+                    self._fd_value = os.open(self.log_path, self._open_flags)
+        return self._fd_value
 
     # ------------------------------------------------------------------ indexes (opened lazily)
 
@@ -370,9 +383,9 @@ class LogSegment:
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._fd_value >= 0:
+            os.close(self._fd_value)
+            self._fd_value = -1
 
     def rename_suffix(self, suffix: str) -> list[Path]:
         """Append ``suffix`` (``.deleted``) to every file of the segment; returns the new paths."""
