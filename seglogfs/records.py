@@ -641,11 +641,11 @@ def _record_starts(area, count: int, path, position: int) -> np.ndarray:
                 pos += 1
             else:
                 length, pos = _read_varint(area, pos, limit)
+            if length < 0 or pos + length > limit:
+                raise ValueError(f"record {i} length {length} runs past the batch")
             starts[i] = pos
             pos += length
             ends[i] = pos
-            if length < 0 or pos > limit:
-                raise ValueError("record length runs past the batch")
     except (IndexError, ValueError) as exc:
         raise CorruptRecordError(f"malformed record in batch: {exc}", path, position) from None
     if pos != limit:
@@ -722,8 +722,10 @@ def _parse_headers(area, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
 
 def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarray]:
     """Columns of every record (control ones too) plus the record sequence deltas."""
-    area = _v2_records_area(buf, header, path)
     count = header.records_count
+    if count < 0:
+        raise CorruptRecordError(f"negative record count {count}", path, header.position)
+    area = _v2_records_area(buf, header, path)
     if count == 0:
         return _empty_columns(header.timestamp_type), np.zeros(0, dtype=np.int64)
     bounds = _record_starts(area, count, path, header.position)
@@ -828,10 +830,14 @@ def _legacy_messages(buf, header: BatchHeader, path) -> list[DecodedRecord]:
 
 
 def _parse_legacy_message(data: bytes, pos: int) -> DecodedRecord:
+    """One v0/v1 message at ``pos``; ValueError for any field that does not fit its declared size."""
+    if pos + LOG_OVERHEAD + 6 > len(data):
+        raise ValueError("message header runs past the data")
     offset, length, crc, magic, _attributes = _LEGACY_HEAD.unpack_from(data, pos)
     end = pos + LOG_OVERHEAD + length
-    if end > len(data) or length < _LEGACY_MIN_SIZE:
-        raise ValueError("message size out of range")
+    minimum = _LEGACY_MIN_SIZE + (8 if magic == 1 else 0)
+    if end > len(data) or length < minimum:
+        raise ValueError(f"message size {length} out of range")
     p = pos + 18
     timestamp = -1
     if magic == 1:
@@ -839,22 +845,25 @@ def _parse_legacy_message(data: bytes, pos: int) -> DecodedRecord:
         p += 8
     elif magic != 0:
         raise ValueError(f"unexpected magic {magic} in a legacy message set")
-    (key_len,) = _INT32.unpack_from(data, p)
-    p += 4
-    key = None
-    if key_len >= 0:
-        key = data[p : p + key_len]
-        p += key_len
-    (value_len,) = _INT32.unpack_from(data, p)
-    p += 4
-    value = None
-    if value_len >= 0:
-        value = data[p : p + value_len]
-        p += value_len
+    key, p = _legacy_bytes(data, p, end, "key")
+    value, p = _legacy_bytes(data, p, end, "value")
     if p != end:
         raise ValueError("message fields do not fill its size")
     valid = (zlib.crc32(data[pos + 16 : end]) & 0xFFFFFFFF) == crc
     return DecodedRecord(offset, timestamp, key, value, (), -1, False, crc, valid)
+
+
+def _legacy_bytes(data: bytes, p: int, end: int, what: str) -> tuple[bytes | None, int]:
+    """An int32-length-prefixed field (-1 = null) that must end by ``end``."""
+    if p + 4 > end:
+        raise ValueError(f"{what} length runs past the message")
+    (length,) = _INT32.unpack_from(data, p)
+    p += 4
+    if length < 0:
+        return None, p
+    if p + length > end:
+        raise ValueError(f"{what} of {length} bytes runs past the message")
+    return data[p : p + length], p + length
 
 
 def decode_batch_all(buf, header: BatchHeader, *, path: str | Path | None = None) -> list[DecodedRecord]:

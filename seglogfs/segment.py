@@ -420,6 +420,9 @@ class _EmptyIndex:
     def lookup(self, target: int) -> tuple[int, int]:
         return (self.base_offset, 0) if self._is_offset_index else (-1, self.base_offset)
 
+    def lookup_bounds(self, target: int) -> tuple[tuple[int, int], None]:
+        return (self.base_offset, 0), None
+
     @property
     def last_entry(self) -> tuple[int, int]:
         return -1, self.base_offset
