@@ -128,9 +128,13 @@ class LogSegment:
         return index
 
     def sanity_check_indexes(self) -> None:
-        """Raise CorruptIndexError when either index fails Kafka's sanity check."""
-        self.offset_index.sanity_check()
-        self.time_index.sanity_check()
+        """Raise CorruptIndexError when either index fails Kafka's sanity check, or holds zero-filled
+        entries (which Kafka's check lets through since 2.1: a zeroed time index would make the
+        segment look 56 years old to retention)."""
+        for index in (self.offset_index, self.time_index):
+            index.sanity_check()
+            if index.entries_before_zero_tail() < index.entries:
+                raise CorruptIndexError(f"{index.path} has zero-filled entries after entry 0")
 
     # ------------------------------------------------------------------ facts
 

@@ -128,27 +128,35 @@ def test_flushed_segments_below_the_recovery_point_are_not_rescanned(tmp_path, m
     assert scanned == [holding_point]  # only the segment holding the recovery point
 
 
-@pytest.mark.parametrize("damage", ["missing", "zeroed", "bad-length"])
+@pytest.mark.parametrize("damage", ["missing", "ones", "zeroes", "bad-length"])
 def test_missing_or_corrupt_index_is_rebuilt(tmp_path, damage):
     manager = LogManager(tmp_path / "d", CFG)
     log = manager.create_log("e-0")
     values = fill(log, 60)
     victim = log.segments[1]
     index_path, original = victim.index_path, victim.index_path.read_bytes()
+    time_path, original_time = victim.time_index_path, victim.time_index_path.read_bytes()
     manager.close()
     if damage == "missing":
         index_path.unlink()
-    elif damage == "zeroed":
+    elif damage == "ones":
         # entries that point below the base offset: Kafka's sanity check fails on them
         index_path.write_bytes(b"\xff" * len(original))
+    elif damage == "zeroes":
+        # what a lost write-back leaves: Kafka's sanity check passes these
+        index_path.write_bytes(b"\0" * len(original))
+        time_path.write_bytes(b"\0" * len(original_time))
     else:
         index_path.write_bytes(original + b"\x01\x02\x03")
     manager = LogManager(tmp_path / "d", CFG)
     log = manager.get("e-0")
     assert values_of(log) == values
     assert all(log.read(i).value == v for i, v in enumerate(values))
+    stamps = [r.timestamp for r in log.iter_records()]
+    assert log.offset_for_timestamp(stamps[-1]) == stamps.index(stamps[-1])
     manager.close()
     assert index_path.read_bytes() == original
+    assert time_path.read_bytes() == original_time
 
 
 def test_leftovers_deleted_cleaned_and_swap(tmp_path):
