@@ -15,7 +15,9 @@ bytes before it bumps ``entries``, so a reader sees either the old or the new la
 lock also keeps a reader off a mapping while ``resize`` swaps it (a shrinking remap under a reader
 would otherwise fault on pages past the new end of file).
 
-Each mapping keeps one file descriptor open (Python's mmap duplicates it).
+Each mapping keeps one file descriptor open (Python's mmap duplicates it). Read-only indexes
+(``writable=False``) are a private copy of the file, not a mapping, so a reader survives the owning
+writer truncating the file under it.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ class AbstractIndex:
                 self._map(fd, length)
             finally:
                 os.close(fd)
-            self._entries = length // self.ENTRY_SIZE
+            self._entries = self.max_entries  # the file may have shrunk between fstat and pread
         self._after_entries_changed()
 
     # ------------------------------------------------------------------ mapping
@@ -130,10 +132,17 @@ class AbstractIndex:
             # mmap() of 0 bytes fails in Python: use empty views.
             self._mm = None
             arr = np.zeros(0, dtype=self.DTYPE)
-        else:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(fd, length, access=access)
+        elif self.writable:
+            self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
             arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.max_entries)
+        else:
+            # Readers take a private copy instead of a mapping: the owning writer may trim this very
+            # file (on roll or close), and touching a mapped page past the new end is a SIGBUS.
+            self._mm = None
+            data = os.pread(fd, length, 0)
+            self._length = len(data)  # kept as read, so sanity_check still sees a torn length
+            self.max_entries = self._length // self.ENTRY_SIZE
+            arr = np.frombuffer(data, dtype=self.DTYPE, count=self.max_entries)
         self._arr = arr
         self._keys = arr[self.KEY_FIELD]
         self._values = arr[self.VALUE_FIELD]

@@ -291,3 +291,36 @@ def test_info_reports_offsets_segments_and_config(tmp_path):
     assert info["config"]["retention.ms"] == 30 * 86_400_000
     assert info["bytes"] == log.active_segment.size
     log.close()
+
+
+READER_SURVIVES_TRIM = r"""
+import sys
+from seglogfs.config import LogConfig
+from seglogfs.index import OffsetIndex
+from seglogfs.log import Log
+
+cfg = LogConfig.from_mapping({"segment.bytes": 5000, "index.interval.bytes": 10})
+writer = Log.open(sys.argv[1], cfg, create=True)
+for i in range(20):
+    writer.append_values([b"%04d" % i * 20])
+active = writer.active_segment
+# A reader (dump, verify, Spark) opens the active segment's preallocated 10 MiB index...
+reader_index = OffsetIndex(active.index_path, active.base_offset, writable=False)
+reader = Log.open(sys.argv[1], read_only=True)
+# ...then the writer rolls, trimming that file to a few bytes, while the reader still uses it.
+for i in range(200):
+    writer.append_values([b"%04d" % i * 20])
+assert len(writer.segments) > 2 and active.index_path.stat().st_size < 4096
+print(reader_index.entries_before_zero_tail(), reader_index.lookup(10**6))
+print(sum(1 for _ in reader.iter_records()))
+"""
+
+
+def test_reader_survives_the_writer_trimming_indexes_it_has_open(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", READER_SURVIVES_TRIM, str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr  # -7 (SIGBUS) when the reader maps the index
+    assert run.stdout.splitlines()[-1] == "20"

@@ -1,0 +1,59 @@
+"""``seglogd --config FILE``: the seglogfs daemon (foreground; logs to stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+
+import seglogfs.fs  # noqa: F401  (selects libfuse3 before mfusepy is imported)
+
+
+def _setup_logging(level: str) -> None:
+    # under systemd the journal adds its own timestamps
+    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt, stream=sys.stderr)
+
+
+def _tune_malloc() -> None:
+    """Keep the append path's ~1 MB numpy buffers on the heap (glibc only; must run before threads).
+
+    By default glibc serves blocks over 128 KiB with fresh mmaps, and each libfuse worker thread
+    gets its own arena: every write() then page-faults in new zeroed memory. Measured with `cat` of
+    2M 100-byte lines into append: 1.45 s by default, 0.78 s with these settings, same RSS (~50 MB).
+    """
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    try:
+        libc = ctypes.CDLL(libc_name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8
+    mallopt(m_mmap_threshold, 16 << 20)
+    mallopt(m_trim_threshold, 32 << 20)
+    mallopt(m_arena_max, 1)  # one arena: threads reuse each other's freed buffers (the GIL serialises anyway)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the daemon; the exit code is 0 after a clean stop (SIGTERM, SIGINT or an external unmount)."""
+    parser = argparse.ArgumentParser(prog="seglogd", description="Mount seglogfs logs with FUSE.")
+    parser.add_argument("--config", "-c", required=True, help="YAML config file (see config/seglogfs.yaml)")
+    parser.add_argument("--log-level", default=os.environ.get("SEGLOGD_LOG_LEVEL", "INFO"),
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    args = parser.parse_args(argv)
+    _tune_malloc()
+    _setup_logging(args.log_level)
+
+    from seglogd.service import Daemon
+
+    return Daemon(args.config).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The seglogd process: open the logs, mount, tell systemd, reload, unmount, close cleanly."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from seglogd.config import load_config
+from seglogd.notify import Notifier, watchdog_interval
+from seglogfs.errors import ConfigError, SeglogError
+from seglogfs.fs.mount import clear_stale_mount, fuse_library, is_mounted, run_mount, unmount
+from seglogfs.fs.operations import SeglogOperations
+from seglogfs.log_manager import LogManager
+
+log = logging.getLogger("seglogd")
+
+MAINTENANCE_INTERVAL_S = 1.0  # retention and flush.ms granularity
+RELOAD_SETTLE_S = 0.2  # editors write a file in several steps: reload once they are done
+
+
+def _digest(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
+class Daemon:
+    """One seglogd run: :meth:`run` returns the process exit code."""
+
+    def __init__(self, config_path: str | Path, *, notifier: Notifier | None = None) -> None:
+        self.config_path = Path(config_path).absolute()
+        self.notifier = notifier or Notifier()
+        self.config: Any = None
+        self.manager: Any = None
+        self.ops: SeglogOperations | None = None
+        self.mount_point: Path | None = None
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._force_reload = False
+        self._threads: list[threading.Thread] = []
+        self._observer: Any = None
+        self._seen_digest: bytes | None = None  # of the config text last applied or refused
+        self._wakeup: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        """Start, serve until unmounted or signalled, shut down. 0 on a clean stop."""
+        try:
+            self.config = load_config(self.config_path)
+        except (ConfigError, OSError) as exc:
+            log.error("%s: %s", self.config_path, exc)
+            return 2
+        self._seen_digest = _digest(self.config_path)
+        cfg = self.config
+        self.mount_point = Path(cfg.mount_point).absolute()
+        data_dir = Path(cfg.data_dir).absolute()
+        try:
+            self._prepare_mount_point()
+            self.notifier.status(f"opening logs in {data_dir}")
+            if not cfg.read_only:
+                data_dir.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            self.manager = LogManager(data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only)
+            if not cfg.read_only:
+                for name, log_config in cfg.logs.items():
+                    self.manager.create_log(name, log_config)
+            log.info("opened %d log(s) in %s in %.2f s", len(self.manager.logs), data_dir,
+                     time.monotonic() - started)
+        except (SeglogError, OSError) as exc:
+            log.error("cannot start: %s", exc)
+            self._close_manager()
+            return 1
+
+        self.ops = SeglogOperations(self.manager, read_only=cfg.read_only, on_init=self._on_init)
+        self._install_sighup()
+        self.notifier.status(f"mounting {self.mount_point}")
+        code = 0
+        try:
+            run_mount(self.ops, self.mount_point, read_only=cfg.read_only,
+                      allow_other=bool(getattr(cfg, "allow_other", False)))
+        except RuntimeError as exc:
+            # fuse_main returns non-zero both when mounting failed and after some signal exits
+            if not self._stop.is_set() and not self._was_mounted:
+                log.error("mount on %s failed (libfuse returned %s)", self.mount_point, exc)
+                code = 1
+        except Exception:
+            log.exception("the FUSE loop failed")
+            code = 1
+        self.notifier.stopping()
+        self.notifier.status("stopping: flushing logs")
+        self._stop.set()
+        self._shutdown_threads()
+        self._close_manager()
+        log.info("stopped")
+        return code
+
+    _was_mounted = False
+
+    def _prepare_mount_point(self) -> None:
+        assert self.mount_point is not None
+        if clear_stale_mount(self.mount_point):
+            log.info("cleared the stale mount on %s", self.mount_point)
+        if is_mounted(self.mount_point):
+            raise OSError(f"{self.mount_point} is already mounted (another seglogd?)")
+        self.mount_point.mkdir(parents=True, exist_ok=True)
+
+    def _close_manager(self) -> None:
+        if self.manager is None:
+            return
+        try:
+            self.manager.close()  # flush, trim indexes, checkpoints, clean-shutdown marker
+        except Exception:
+            log.exception("closing the logs failed")
+        self.manager = None
+
+    # ------------------------------------------------------------------ after the mount is up
+    def _on_init(self, conn: Any, config: Any) -> None:
+        """Called by libfuse in the FUSE thread before it serves requests: start the helpers."""
+        self._was_mounted = True
+        self._start(self._announce_ready, "ready")
+        self._start(self._maintenance_loop, "maintenance")
+        self._start(self._reload_loop, "reload")
+        interval = watchdog_interval()
+        if interval:
+            self._start(lambda: self._watchdog_loop(interval), "watchdog")
+        self._watch_config_file()
+
+    def _start(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=f"seglogd-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _announce_ready(self) -> None:
+        assert self.mount_point is not None and self.manager is not None
+        try:
+            os.stat(self.mount_point)  # answered by our own FUSE loop: the mount is live
+        except OSError as exc:
+            log.error("the mount on %s does not answer: %s", self.mount_point, exc)
+            return
+        names = sorted(self.manager.logs)
+        mode = "read-only" if self.config.read_only else "read-write"
+        status = f"serving {len(names)} log(s) on {self.mount_point} ({mode})"
+        self.notifier.ready(status)
+        log.info("%s, %s", status, fuse_library())
+        self._print_hints(names)
+
+    def _print_hints(self, names: list[str]) -> None:
+        mnt = self.mount_point
+        example = names[0] if names else "demo-0"
+        lines = [f"seglogd: {mnt} is mounted. Try:"]
+        if not names:
+            lines.append(f"  mkdir {mnt}/{example}                        # create a log")
+        if not self.config.read_only:
+            lines += [
+                f"  echo hello >> {mnt}/{example}/append           # append a record",
+                f"  cat big.txt > {mnt}/{example}/append           # one record per line",
+            ]
+        lines += [
+            f"  cat {mnt}/{example}/records                    # every value, one per line",
+            f"  tail -f {mnt}/{example}/records                # follow the log",
+            f"  cat {mnt}/{example}/by-offset/0                # one record",
+            f"  getfattr -d {mnt}/{example}/by-offset/0        # its key, timestamp, headers",
+            f"  cat {mnt}/{example}/info                       # offsets, segments, config",
+            f"Stop with Ctrl-C or: kill {os.getpid()}  (reload the config: kill -HUP {os.getpid()})",
+        ]
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+    def _maintenance_loop(self) -> None:
+        while not self._stop.wait(MAINTENANCE_INTERVAL_S):
+            manager = self.manager
+            if manager is None:
+                return
+            try:
+                manager.maintain()
+            except Exception:
+                log.exception("maintenance failed")
+
+    def _watchdog_loop(self, interval: float) -> None:
+        assert self.mount_point is not None
+        while not self._stop.is_set():
+            try:
+                os.stat(self.mount_point)  # ping only while the mount answers
+                self.notifier.watchdog()
+            except OSError as exc:
+                log.error("watchdog: the mount does not answer: %s", exc)
+            if self._stop.wait(interval):
+                return
+
+    # ------------------------------------------------------------------ reload
+    def _install_sighup(self) -> None:
+        """SIGHUP -> reload, via a wakeup fd read by a thread.
+
+        A Python handler only runs in the main thread, which sits in fuse_main for the daemon's life; the
+        wakeup fd is written by the C-level handler at once. Installing a handler also keeps libfuse
+        from taking SIGHUP as "exit". SIGTERM/SIGINT stay SIG_DFL so libfuse unmounts on them.
+        """
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(read_fd, True)
+        self._wakeup = (read_fd, write_fd)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGHUP, lambda signum, frame: None)
+        self._start(self._signal_loop, "signals")
+
+    def _signal_loop(self) -> None:
+        assert self._wakeup is not None
+        while not self._stop.is_set():
+            try:
+                data = os.read(self._wakeup[0], 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGHUP in data:
+                log.info("SIGHUP: reloading %s", self.config_path)
+                self._force_reload = True
+                self._reload.set()
+
+    def _watch_config_file(self) -> None:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:  # pragma: no cover - watchdog is a dependency
+            log.warning("watchdog is not installed: reload with SIGHUP only")
+            return
+        target = str(self.config_path)
+        trigger = self._reload
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                paths = {getattr(event, "src_path", None), getattr(event, "dest_path", None)}
+                if target in paths:
+                    trigger.set()
+
+        observer = Observer()
+        observer.schedule(_Handler(), str(self.config_path.parent), recursive=False)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def _reload_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._reload.wait(0.5):
+                continue
+            time.sleep(RELOAD_SETTLE_S)
+            self._reload.clear()
+            force, self._force_reload = self._force_reload, False
+            if not self._stop.is_set():
+                self.reload(force=force)
+
+    def reload(self, *, force: bool = False) -> bool:
+        """Re-read the config file and apply per-log settings live; False (old config kept) if invalid."""
+        digest = _digest(self.config_path)
+        if not force and digest is not None and digest == self._seen_digest:
+            return True  # touched, or saved again unchanged: nothing new to apply or to complain about
+        self._seen_digest = digest
+        try:
+            new = load_config(self.config_path)
+        except (ConfigError, OSError) as exc:
+            log.error("config reload refused, keeping the running config: %s", exc)
+            self.notifier.status(f"config reload refused: {exc}")
+            return False
+        old, manager = self.config, self.manager
+        if manager is None:
+            return False
+        for attr in ("data_dir", "mount_point", "read_only", "allow_other"):
+            if getattr(new, attr, None) != getattr(old, attr, None):
+                log.warning("config reload: %s changed; it takes effect at the next start", attr)
+        try:
+            manager.update_configs(new.defaults, dict(new.logs))
+            if not old.read_only:
+                for name, log_config in new.logs.items():
+                    if name not in manager.logs:
+                        manager.create_log(name, log_config)
+        except (SeglogError, OSError) as exc:
+            log.error("config reload failed, keeping the running config: %s", exc)
+            return False
+        self.config = new
+        log.info("config reloaded from %s", self.config_path)
+        self.notifier.status(f"serving {len(manager.logs)} log(s) on {self.mount_point} (config reloaded)")
+        return True
+
+    # ------------------------------------------------------------------ shutdown
+    def _shutdown_threads(self) -> None:
+        if self._observer is not None:
+            with contextlib.suppress(Exception):
+                self._observer.stop()
+                self._observer.join(timeout=2)
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(-1)
+            os.close(self._wakeup[1])  # ends the signal thread's read
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=2)
+        if self._wakeup is not None:
+            os.close(self._wakeup[0])
+            self._wakeup = None
+        if self.mount_point is not None and is_mounted(self.mount_point):
+            unmount(self.mount_point, lazy=True)

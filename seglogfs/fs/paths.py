@@ -1,0 +1,107 @@
+"""Path parsing for the mount: every path the kernel hands us becomes one :class:`Node`.
+
+This is the only place that knows the layout of section 2 of DESIGN.md; the operations dispatch on
+``Node.kind`` and never split paths themselves.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from enum import Enum
+
+from mfusepy import FuseOSError
+
+from seglogfs.jsonl import parse_timestamp
+
+
+class Kind(Enum):
+    """What a path names."""
+
+    ROOT = "root"
+    LOG = "log"
+    APPEND = "append"
+    APPEND_JSONL = "append.jsonl"
+    APPEND_RAW = "append.raw"
+    RECORDS = "records"
+    INFO = "info"
+    BY_OFFSET_DIR = "by-offset"
+    BY_TIME_DIR = "by-time"
+    SEGMENTS_DIR = "segments"
+    BY_OFFSET = "by-offset/<n>"
+    BY_TIME = "by-time/<ts>"
+    SEGMENT_FILE = "segments/<file>"
+
+
+#: names inside a log directory, in `ls` order
+LOG_ENTRIES: dict[str, Kind] = {
+    "append": Kind.APPEND,
+    "append.jsonl": Kind.APPEND_JSONL,
+    "append.raw": Kind.APPEND_RAW,
+    "by-offset": Kind.BY_OFFSET_DIR,
+    "by-time": Kind.BY_TIME_DIR,
+    "info": Kind.INFO,
+    "records": Kind.RECORDS,
+    "segments": Kind.SEGMENTS_DIR,
+}
+WRITABLE = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.APPEND_RAW})
+DIRECTORIES = frozenset({Kind.ROOT, Kind.LOG, Kind.BY_OFFSET_DIR, Kind.BY_TIME_DIR, Kind.SEGMENTS_DIR})
+_CHILD_KINDS = {"by-offset": Kind.BY_OFFSET, "by-time": Kind.BY_TIME, "segments": Kind.SEGMENT_FILE}
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A parsed path: its kind, the log it belongs to, and the offset / timestamp / file name in it."""
+
+    kind: Kind
+    log: str | None = None
+    name: str | None = None  # segment file name, or the original text of an offset / timestamp
+    number: int | None = None  # offset (by-offset) or epoch ms (by-time)
+
+
+def _enoent() -> FuseOSError:
+    return FuseOSError(errno.ENOENT)
+
+
+def parse_offset(text: str) -> int:
+    """An offset name: decimal digits only (no sign, no spaces); ENOENT otherwise."""
+    if not text.isascii() or not text.isdigit():
+        raise _enoent()
+    return int(text)
+
+
+def parse_time(text: str) -> int:
+    """A ``by-time`` name: epoch milliseconds or ISO-8601; ENOENT otherwise."""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        raise _enoent() from None
+
+
+def parse_path(path: str) -> Node:
+    """The :class:`Node` for an absolute mount path; ENOENT for anything outside the layout."""
+    parts = [p for p in path.split("/") if p]
+    depth = len(parts)
+    if depth == 0:
+        return Node(Kind.ROOT)
+    log = parts[0]
+    if depth == 1:
+        return Node(Kind.LOG, log)
+    kind = LOG_ENTRIES.get(parts[1])
+    if kind is None:
+        raise _enoent()
+    if depth == 2:
+        return Node(kind, log)
+    child = _CHILD_KINDS.get(parts[1])
+    if depth != 3 or child is None:
+        raise _enoent()
+    name = parts[2]
+    if child is Kind.BY_OFFSET:
+        return Node(child, log, name, parse_offset(name))
+    if child is Kind.BY_TIME:
+        return Node(child, log, name, parse_time(name))
+    if name.startswith("."):  # the real files never start with a dot; keeps ".", ".." and probes out
+        raise _enoent()
+    return Node(child, log, name)

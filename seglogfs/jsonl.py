@@ -1,0 +1,163 @@
+"""The ``append.jsonl`` line format <-> :class:`ProducerRecord`.
+
+One line is one JSON object::
+
+    {"value": "text", "key": "k", "headers": [["h1", "v1"], ["h2", null]], "timestamp": 1763800000000}
+
+- ``value`` / ``key``: UTF-8 text, or ``value_b64`` / ``key_b64`` (standard base64) for bytes;
+  absent or ``null`` means a null value / key. Giving both forms of one field is an error.
+- ``headers``: a list of ``[name, value]`` pairs (order and duplicates are kept, as in Kafka), or an
+  object ``{"name": value}`` for convenience. A header value is text, ``null``, or ``{"b64": "..."}``.
+- ``timestamp``: epoch milliseconds (integer) or an ISO-8601 string; absent or ``null`` = now.
+
+:func:`record_to_jsonl` writes the same format: text where the bytes are valid UTF-8, base64 otherwise,
+headers always as a list of pairs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from typing import Any
+
+from seglogfs.errors import InvalidRecordError
+from seglogfs.records import ProducerRecord, Record
+
+_FIELDS = frozenset({"value", "value_b64", "key", "key_b64", "headers", "timestamp"})
+
+
+def parse_timestamp(text: str) -> int:
+    """Epoch milliseconds of an ISO-8601 timestamp (naive times are UTC); ValueError if malformed."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    moment = dt.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def _bytes_field(obj: dict[str, Any], name: str) -> bytes | None:
+    text, b64 = obj.get(name), obj.get(name + "_b64")
+    if text is not None and b64 is not None:
+        raise InvalidRecordError(f'both "{name}" and "{name}_b64" given')
+    if b64 is not None:
+        if not isinstance(b64, str):
+            raise InvalidRecordError(f'"{name}_b64" must be a base64 string, not {type(b64).__name__}')
+        try:
+            return base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidRecordError(f'"{name}_b64" is not valid base64: {exc}') from None
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InvalidRecordError(f'"{name}" must be a string or null, not {type(text).__name__}')
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _header_value(name: str, value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidRecordError(f"header {name!r}: invalid base64: {exc}") from None
+    raise InvalidRecordError(f'header {name!r}: value must be a string, null or {{"b64": ...}}')
+
+
+def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = []
+        for item in raw:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise InvalidRecordError('"headers" list entries must be [name, value] pairs')
+            pairs.append((item[0], item[1]))
+    else:
+        raise InvalidRecordError('"headers" must be a list of [name, value] pairs or an object')
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str):
+            raise InvalidRecordError(f"header name must be a string, not {type(name).__name__}")
+        out.append((name, _header_value(name, value)))
+    return out
+
+
+def _timestamp(raw: Any) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
+    if isinstance(raw, int):
+        if raw < 0:
+            raise InvalidRecordError(f'"timestamp" must not be negative: {raw}')
+        return raw
+    if isinstance(raw, str):
+        try:
+            return parse_timestamp(raw)
+        except ValueError:
+            raise InvalidRecordError(f'"timestamp" is not ISO-8601: {raw!r}') from None
+    raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
+
+
+def parse_jsonl_line(line: bytes | str) -> ProducerRecord:
+    """Parse one ``append.jsonl`` line; :class:`InvalidRecordError` names what is wrong."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecordError(f"not a JSON object: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InvalidRecordError(f"a line must be a JSON object, not {type(obj).__name__}")
+    unknown = set(obj) - _FIELDS
+    if unknown:
+        raise InvalidRecordError(f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
+    return ProducerRecord(
+        value=_bytes_field(obj, "value"),
+        key=_bytes_field(obj, "key"),
+        headers=_headers(obj.get("headers")),
+        timestamp=_timestamp(obj.get("timestamp")),
+    )
+
+
+def _put_bytes(obj: dict[str, Any], name: str, data: bytes | None) -> None:
+    if data is None:
+        return
+    try:
+        obj[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        obj[name + "_b64"] = base64.b64encode(data).decode("ascii")
+
+
+def _header_json(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def headers_to_json(headers: Any) -> list[list[Any]]:
+    """Headers as the JSON list of ``[name, value]`` pairs used by this format."""
+    return [[name, _header_json(value)] for name, value in headers]
+
+
+def record_to_jsonl(record: ProducerRecord | Record) -> bytes:
+    """One ``append.jsonl`` line (with the trailing newline) that parses back to ``record``."""
+    obj: dict[str, Any] = {}
+    _put_bytes(obj, "value", record.value)
+    _put_bytes(obj, "key", record.key)
+    if record.headers:
+        obj["headers"] = headers_to_json(record.headers)
+    if record.timestamp is not None:
+        obj["timestamp"] = record.timestamp
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"

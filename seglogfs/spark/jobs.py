@@ -1,0 +1,405 @@
+"""``seglogfs spark export|verify``: Spark pipeline jobs over seglogfs / Kafka data dirs.
+
+    seglogfs spark export PATH --output DIR [--logs a,b] [--topics t] [--start-time T] [--end-time T]
+                          [--starting-offsets JSON] [--ending-offsets JSON] [--include-headers]
+                          [--min-partitions N] [--mode errorifexists|overwrite|append]
+                          [--no-fail-on-data-loss] [--master URL]
+    seglogfs spark verify PATH... [--master URL] [--parallelism N]
+
+``export`` writes the records of a log, a set of logs or a time range to Parquet, in the ``seglog``
+schema (key, value, topic, partition, offset, timestamp, timestampType[, headers]), partitioned by
+``topic`` and ``partition``. ``verify`` checks every batch CRC and every ``.index`` / ``.timeindex``
+entry of many logs in parallel (one task per segment), prints a summary table per log and every
+problem with its file and byte position, and exits 1 when anything is wrong.
+
+Both run on ``local[*]`` unless ``--master`` says otherwise, and print progress (tasks done per
+stage) to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# ------------------------------------------------------------------------------------ segment checks
+
+
+@dataclass
+class SegmentReport:
+    """What ``verify`` found in one segment."""
+
+    log: str
+    segment: str
+    bytes: int = 0
+    batches: int = 0
+    records: int = 0
+    index_entries: int = 0
+    time_index_entries: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def verify_segment(log_path: str) -> SegmentReport:
+    """CRC of every batch, record structure, offset order and both indexes of one ``.log`` file."""
+    import numpy as np
+
+    from seglogfs.errors import CorruptRecordError
+    from seglogfs.records import decode_batch_columns, iter_batch_headers, validate_batch
+    from seglogfs.segment import base_offset_from_name
+
+    from .planning import read_index_file
+
+    path = Path(log_path)
+    report = SegmentReport(path.parent.name, str(path))
+    problems = report.problems
+    try:
+        base = base_offset_from_name(path.name)
+    except ValueError:
+        problems.append(f"{path}: not a segment file name")
+        return report
+    data = path.read_bytes()
+    report.bytes = len(data)
+    starts: dict[int, tuple[int, int, int]] = {}  # position -> (base offset, last offset, max timestamp)
+    last_by_offset: dict[int, int] = {}  # batch last offset -> max timestamp
+    end = 0
+    prev_next = None
+    all_v2 = True
+    try:
+        for header in iter_batch_headers(data, 0, len(data), path=path):
+            end = header.position + header.size
+            report.batches += 1
+            all_v2 = all_v2 and header.magic >= 2
+            starts[header.position] = (header.base_offset, header.last_offset, header.max_timestamp)
+            last_by_offset[header.last_offset] = header.max_timestamp
+            if header.magic >= 2 and header.base_offset < base:
+                problems.append(
+                    f"{path} at position {header.position}: batch offset {header.base_offset} "
+                    f"is below the segment base offset {base}"
+                )
+            if prev_next is not None and header.magic >= 2 and header.base_offset < prev_next:
+                problems.append(
+                    f"{path} at position {header.position}: batch offset {header.base_offset} "
+                    f"goes backwards (previous batch ended at {prev_next - 1})"
+                )
+            prev_next = header.last_offset + 1
+            try:
+                validate_batch(data, header, path=path)
+                report.records += (
+                    len(decode_batch_columns(data, header, path=path)) if not header.is_control else 0
+                )
+            except CorruptRecordError as exc:
+                problems.append(str(exc))
+    except CorruptRecordError as exc:
+        problems.append(str(exc))
+        end = len(data)
+    if end < len(data):
+        problems.append(
+            f"{path} at position {end}: {len(data) - end} trailing bytes are not a complete batch "
+            "(torn write)"
+        )
+    last_offset = max((v[1] for v in starts.values()), default=base - 1)
+
+    # Indexes are read with pread, not mapped: a live owner may trim them (see planning).
+    index_path = path.with_suffix(".index")
+    if index_path.exists():
+        length = index_path.stat().st_size
+        offsets, positions = read_index_file(index_path, "offset", base)
+        report.index_entries = int(offsets.size)
+        if length % 8:
+            problems.append(f"{index_path}: length {length} is not a multiple of 8")
+        if offsets.size and ((np.diff(offsets) <= 0).any() or (np.diff(positions) <= 0).any()):
+            problems.append(f"{index_path}: entries are not strictly increasing")
+        for i, (o, p) in enumerate(zip(offsets.tolist(), positions.tolist(), strict=True)):
+            batch = starts.get(p)
+            if batch is None:
+                problems.append(f"{index_path} entry {i} (offset {o}, position {p}): no batch starts there")
+                break
+            if not batch[0] <= o <= last_offset:
+                problems.append(
+                    f"{index_path} entry {i} (offset {o}, position {p}): the batch there holds "
+                    f"offsets {batch[0]}..{batch[1]}"
+                )
+                break
+    elif report.batches:
+        problems.append(f"{index_path}: missing")
+
+    time_path = path.with_suffix(".timeindex")
+    if time_path.exists():
+        length = time_path.stat().st_size
+        stamps, toffsets = read_index_file(time_path, "time", base)
+        report.time_index_entries = int(stamps.size)
+        if length % 12:
+            problems.append(f"{time_path}: length {length} is not a multiple of 12")
+        if stamps.size and (np.diff(stamps) <= 0).any():
+            problems.append(f"{time_path}: timestamps are not strictly increasing")
+        if stamps.size and (np.diff(toffsets) < 0).any():
+            problems.append(f"{time_path}: offsets go backwards")
+        for i, (t, o) in enumerate(zip(stamps.tolist(), toffsets.tolist(), strict=True)):
+            if not base <= o <= last_offset:
+                problems.append(
+                    f"{time_path} entry {i} (timestamp {t}, offset {o}): offset outside the "
+                    f"segment ({base}..{last_offset})"
+                )
+                break
+            if all_v2 and last_by_offset.get(o) != t:
+                problems.append(
+                    f"{time_path} entry {i} (timestamp {t}, offset {o}): no batch ending at "
+                    f"offset {o} has max timestamp {t}"
+                )
+                break
+    return report
+
+
+def segment_files(paths: Sequence[str]) -> list[str]:
+    """Every ``.log`` segment under the given data dirs, log dirs or segment files."""
+    from .planning import find_log_dirs
+
+    out: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            out.append(str(p))
+            continue
+        for log_dir in find_log_dirs(p):
+            out.extend(str(f) for f in sorted(log_dir.glob("*.log")) if f.name.split(".")[0].isdigit())
+    return out
+
+
+# ------------------------------------------------------------------------------------ Spark plumbing
+
+
+def make_session(master: str, app: str):
+    """(SparkSession on ``master`` with ``seglog`` registered, whether we created it and must stop it).
+
+    An already active session (a notebook, the test suite) is reused and left running.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        register(active)
+        return active, False
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark, True
+
+
+class Progress:
+    """Prints ``[job] stage S: done/total tasks`` to stderr whenever it changes (a daemon thread)."""
+
+    def __init__(self, spark, label: str, interval: float = 0.5) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.label = label
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._last: dict[int, tuple[int, int]] = {}
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for stage_id in self.tracker.getActiveStageIds():
+                    info = self.tracker.getStageInfo(stage_id)
+                    if info is None:
+                        continue
+                    state = (info.numCompletedTasks, info.numTasks)
+                    if self._last.get(stage_id) != state:
+                        self._last[stage_id] = state
+                        print(
+                            f"[{self.label}] stage {stage_id}: {state[0]}/{state[1]} tasks, "
+                            f"{info.numActiveTasks} running",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+            except Exception:  # the tracker can race with a stopping context; progress is best effort
+                pass
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Read with the seglog source, write Parquet."""
+    spark, owned = make_session(args.master, "seglogfs-export")
+    try:
+        # A time window over many logs: logs with no record that late contribute nothing.
+        reader = (
+            spark.read.format("seglog")
+            .option("failOnDataLoss", str(not args.no_fail_on_data_loss).lower())
+            .option("startingOffsetsByTimestampStrategy", "latest")
+        )
+        for option, value in (
+            ("logs", args.logs),
+            ("topics", args.topics),
+            ("startingTimestamp", args.start_time),
+            ("endingTimestamp", args.end_time),
+            ("startingOffsets", args.starting_offsets),
+            ("endingOffsets", args.ending_offsets),
+            ("minPartitions", args.min_partitions),
+        ):
+            if value is not None:
+                reader = reader.option(option, str(value))
+        if args.include_headers:
+            reader = reader.option("includeHeaders", "true")
+        started = time.monotonic()
+        df = reader.load(args.path)
+        with Progress(spark, "export"):
+            df.write.mode(args.mode).partitionBy("topic", "partition").parquet(args.output)
+        rows = spark.read.parquet(args.output).count()
+        print(f"exported to {args.output}: {rows} records in parquet, {time.monotonic() - started:.1f} s")
+        return 0
+    finally:
+        if owned:
+            spark.stop()
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += [
+        "  ".join(
+            str(c).rjust(w) if c and str(c)[0].isdigit() else str(c).ljust(w)
+            for c, w in zip(r, widths, strict=True)
+        )
+        for r in rows
+    ]
+    return "\n".join(out)
+
+
+def summarise(reports: list[SegmentReport]) -> tuple[str, int]:
+    """(printable summary table plus problems, number of problems)."""
+    per_log: dict[str, list[SegmentReport]] = {}
+    for r in reports:
+        per_log.setdefault(r.log, []).append(r)
+    rows = []
+    problems = 0
+    for name in sorted(per_log):
+        rs = per_log[name]
+        n_problems = sum(len(r.problems) for r in rs)
+        problems += n_problems
+        rows.append(
+            [
+                name,
+                str(len(rs)),
+                str(sum(r.batches for r in rs)),
+                str(sum(r.records for r in rs)),
+                str(sum(r.bytes for r in rs)),
+                str(sum(r.index_entries + r.time_index_entries for r in rs)),
+                str(n_problems),
+                "OK" if n_problems == 0 else "FAIL",
+            ]
+        )
+    text = _table(
+        rows, ["log", "segments", "batches", "records", "bytes", "index entries", "problems", "status"]
+    )
+    details = [p for r in reports for p in r.problems]
+    if details:
+        text += "\n\nproblems:\n" + "\n".join(f"  {p}" for p in details)
+    return text, problems
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """One Spark task per segment; summary table; exit 1 on any problem."""
+    files = segment_files(args.paths)
+    if not files:
+        print("no segments found under " + " ".join(args.paths), file=sys.stderr)
+        return 1
+    spark, owned = make_session(args.master, "seglogfs-verify")
+    try:
+        sc = spark.sparkContext
+        slices = args.parallelism or min(len(files), max(sc.defaultParallelism * 4, 1))
+        with Progress(spark, "verify"):
+            reports = sc.parallelize(files, slices).map(lambda f: asdict(verify_segment(f))).collect()
+    finally:
+        if owned:
+            spark.stop()
+    parsed = [SegmentReport(**r) for r in reports]
+    text, problems = summarise(parsed)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in parsed], indent=1))
+    print(f"\n{len(files)} segments checked, {problems} problem(s)")
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``seglogfs spark`` argument parser."""
+    parser = argparse.ArgumentParser(prog="seglogfs spark", description="Spark jobs over seglogfs logs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    exp = sub.add_parser("export", help="export logs (or a time / offset range) to Parquet")
+    exp.add_argument("path", help="a data dir or a log dir")
+    exp.add_argument("--output", "-o", required=True, help="Parquet output directory")
+    exp.add_argument("--logs", help="comma-separated log names (default: all)")
+    exp.add_argument("--topics", help="comma-separated topic names")
+    exp.add_argument("--start-time", help="epoch ms or ISO-8601: first record timestamp >= this")
+    exp.add_argument("--end-time", help="epoch ms or ISO-8601: stop before the first record >= this")
+    exp.add_argument("--starting-offsets", help='earliest or JSON, e.g. {"events":{"0":100}}')
+    exp.add_argument("--ending-offsets", help="latest or JSON")
+    exp.add_argument("--min-partitions", type=int)
+    exp.add_argument("--include-headers", action="store_true")
+    exp.add_argument(
+        "--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append", "ignore"]
+    )
+    exp.add_argument(
+        "--no-fail-on-data-loss",
+        action="store_true",
+        help="skip (with a warning) records removed by retention or corrupt",
+    )
+    exp.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    exp.set_defaults(func=run_export)
+    ver = sub.add_parser("verify", help="check CRCs and indexes of many logs in parallel")
+    ver.add_argument("paths", nargs="+", help="data dirs, log dirs or segment files")
+    ver.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    ver.add_argument("--parallelism", type=int, help="number of Spark tasks (default: 4 per core)")
+    ver.add_argument("--json", help="also write the per-segment reports to this JSON file")
+    ver.set_defaults(func=run_verify)
+    return parser
+
+
+def _short_error(exc: BaseException) -> str:
+    """The root cause line of an error that went through the JVM (its Python traceback is long)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line for line in lines if "Error: " in line and not line.startswith("File ")]
+    return causes[-1] if causes else (lines[0] if lines else type(exc).__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``seglogfs spark ...`` (``argv`` excludes the ``spark`` word).
+
+    Exit codes: 0 success, 1 problems found by ``verify``, 2 the job failed (message on stderr).
+    """
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        return int(args.func(args))
+    except Exception as exc:
+        print(f"seglogfs spark {args.command}: {_short_error(exc)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
