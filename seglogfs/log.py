@@ -37,6 +37,7 @@ from .errors import (
 )
 from .lock import LogLock
 from .records import (
+    V2_HEADER_SIZE,
     BatchHeader,
     ProducerRecord,
     Record,
@@ -44,9 +45,11 @@ from .records import (
     TimestampType,
     decode_batch,
     decode_batch_columns,
+    decode_record,
     encode_batch,
     encode_values,
     iter_batch_headers,
+    record_bounds,
     validate_batch,
 )
 from .segment import (
@@ -64,7 +67,7 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
-_BATCH_CACHE_BYTES = 64 * 1024 * 1024
+_BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~4M records, or decoded batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,8 @@ class Log:
         self._dirty: set[LogSegment] = set()
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._owner_lock: LogLock | None = None
-        self._batch_cache: OrderedDict[tuple[int, int], RecordColumns] = OrderedDict()
+        self._batch_cache: OrderedDict[tuple[str, int, int], object] = OrderedDict()
+        self._cache_weights: dict[tuple[str, int, int], int] = {}
         self._batch_cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._closed = False
@@ -555,6 +559,16 @@ class Log:
         """The record at ``offset``. OffsetOutOfRangeError outside the log (or for a control record's
         offset); CorruptRecordError when its batch is corrupt."""
         segment, header = self.lookup(offset)
+        if header.magic >= 2 and header.compression == Compression.NONE and not header.is_control:
+            # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
+            # a read fetches just its own record's bytes.
+            bounds = self._cached(("bounds", segment.base_offset, header.position), segment, header)
+            i = bounds.index_of(header, offset)
+            if i < 0:
+                raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
+            start, end = int(bounds.starts[i]), int(bounds.ends[i])
+            body = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
+            return decode_record(body, header, path=segment.log_path)
         columns = self._columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))
         if i >= len(columns) or int(columns.offsets[i]) != offset:
@@ -572,8 +586,11 @@ class Log:
         )
 
     def _columns(self, segment: LogSegment, header: BatchHeader) -> RecordColumns:
-        """Decoded columns of one batch, CRC-checked, through a small LRU cache (random reads cluster)."""
-        key = (segment.base_offset, header.position)
+        """Decoded columns of one batch, CRC-checked, cached."""
+        return self._cached(("columns", segment.base_offset, header.position), segment, header)
+
+    def _cached(self, key: tuple[str, int, int], segment: LogSegment, header: BatchHeader):
+        """Record bounds or decoded columns of one batch, through a byte-bounded LRU cache."""
         with self._cache_lock:
             cached = self._batch_cache.get(key)
             if cached is not None:
@@ -582,18 +599,26 @@ class Log:
         data = segment.read(header.position, header.size)
         local = header.at(0)
         validate_batch(data, local, path=segment.log_path)
-        columns = decode_batch_columns(data, local, path=segment.log_path)
+        if key[0] == "bounds":
+            value = record_bounds(data, local, path=segment.log_path)
+            weight = value.nbytes
+        else:
+            value = decode_batch_columns(data, local, path=segment.log_path)
+            weight = value.data.nbytes
         with self._cache_lock:
-            self._batch_cache[key] = columns
-            self._batch_cache_bytes += columns.data.nbytes
+            if key not in self._batch_cache:
+                self._batch_cache[key] = value
+                self._cache_weights[key] = weight
+                self._batch_cache_bytes += weight
             while self._batch_cache_bytes > _BATCH_CACHE_BYTES and self._batch_cache:
-                _, evicted = self._batch_cache.popitem(last=False)
-                self._batch_cache_bytes -= evicted.data.nbytes
-        return columns
+                evicted, _ = self._batch_cache.popitem(last=False)
+                self._batch_cache_bytes -= self._cache_weights.pop(evicted)
+        return value
 
     def _invalidate_cache(self) -> None:
         with self._cache_lock:
             self._batch_cache.clear()
+            self._cache_weights.clear()
             self._batch_cache_bytes = 0
 
     def iter_batches(

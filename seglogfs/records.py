@@ -29,16 +29,19 @@ __all__ = [
     "DecodedRecord",
     "ProducerRecord",
     "Record",
+    "RecordBounds",
     "RecordColumns",
     "TimestampType",
     "decode_batch",
     "decode_batch_all",
     "decode_batch_columns",
+    "decode_record",
     "encode_batch",
     "encode_values",
     "gather_slices",
     "iter_batch_headers",
     "read_batch_header",
+    "record_bounds",
     "validate_batch",
 ]
 
@@ -382,22 +385,25 @@ def _scatter_varints(out: np.ndarray, positions: np.ndarray, zz: np.ndarray, siz
 def _gather_varints(arr: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decode the varint at each position of ``arr``: (values int64, byte sizes int64).
 
-    ``arr`` must be padded with at least 10 bytes beyond the last position read.
+    Whole-column steps only; the common all-one-byte case is a single gather. ``arr`` must be
+    padded with at least 10 bytes beyond the last position read.
     """
-    n = positions.shape[0]
-    result = np.zeros(n, dtype=np.uint64)
-    sizes = np.zeros(n, dtype=np.int64)
-    active = np.arange(n)
-    for j in range(10):
-        if active.size == 0:
-            break
-        byte = arr[positions[active] + j].astype(np.uint64)
-        result[active] |= (byte & np.uint64(0x7F)) << np.uint64(7 * j)
-        done = byte < 0x80
-        sizes[active[done]] = j + 1
-        active = active[~done]
-    if active.size:
-        raise ValueError("varint longer than 10 bytes")
+    first = arr[positions]
+    more = first >= 0x80
+    if not more.any():
+        v = first.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), np.ones(positions.shape[0], dtype=np.int64)
+    result = (first & 0x7F).astype(np.uint64)
+    sizes = np.ones(positions.shape[0], dtype=np.int64)
+    j = 1
+    while more.any():
+        if j >= 10:
+            raise ValueError("varint longer than 10 bytes")
+        byte = arr[positions + j]
+        result |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * j), np.uint64(0))
+        sizes += more
+        more &= byte >= 0x80
+        j += 1
     signed = (result >> np.uint64(1)).view(np.int64) ^ -(result & np.uint64(1)).view(np.int64)
     return signed, sizes
 
@@ -619,26 +625,79 @@ def _batch_bytes(buf, header: BatchHeader) -> memoryview:
     return memoryview(buf)[header.position : header.position + header.size]
 
 
-def _v2_records_area(buf, header: BatchHeader, path) -> bytes:
+_VARINT_PAD = 10  # zero bytes after a records area, so vectorised varint reads never run off it
+
+
+def _v2_records_area(buf, header: BatchHeader, path) -> bytearray:
+    """The batch's records (decompressed), followed by ``_VARINT_PAD`` zero bytes."""
     raw = _batch_bytes(buf, header)[V2_HEADER_SIZE:]
+    if header.compression == Compression.NONE:
+        area = bytearray(len(raw) + _VARINT_PAD)
+        area[: len(raw)] = raw
+        return area
     try:
-        return decompress(header.compression, raw)
+        plain = decompress(header.compression, raw)
     except CompressionError as exc:
         raise CorruptRecordError(str(exc), path, header.position) from None
+    return bytearray(plain) + bytes(_VARINT_PAD)
 
 
-def _record_starts(area, count: int, path, position: int) -> np.ndarray:
-    """Body start and end of each record (the one sequential pass over the batch)."""
+def _record_starts(area, count: int, limit: int, path, position: int) -> np.ndarray:
+    """Body start and end of each record in ``area[:limit]`` (``[starts, ends]``).
+
+    Records are located run by run: the records of a run share one encoded size, so numpy checks a
+    whole run at once (every predicted start must carry the same length prefix as the run's first
+    record; varints are a prefix code, so this proves each start by induction). Sizes change rarely
+    in a batch (the offset-delta varint grows at 64 and 8192); when runs stay short (mixed sizes),
+    the sequential scan finishes the batch.
+    """
+    if count < 16:
+        return _record_starts_sequential(area, count, 0, limit, path, position)
+    arr = np.frombuffer(area, dtype=np.uint8)
+    starts = np.empty(count, dtype=np.int64)
+    lengths = np.empty(count, dtype=np.int64)
+    pos = done = short_runs = 0
+    while done < count:
+        if short_runs >= 4:
+            rest = _record_starts_sequential(area, count - done, pos, limit, path, position)
+            starts[done:], lengths[done:] = rest[0], rest[1] - rest[0]
+            return np.stack((starts, starts + lengths))
+        try:
+            length, head = _read_varint(area, pos, limit)
+        except (ValueError, IndexError):
+            break  # the sequential scan raises the precise error
+        stride = head - pos + length
+        run = min(count - done, (limit - pos) // stride) if length >= 0 and stride > 0 else 0
+        if run <= 0:
+            break
+        width = head - pos
+        block = arr[pos : pos + run * stride].reshape(run, stride)[:, :width]
+        same = (block == arr[pos:head]).all(axis=1)
+        run = run if same.all() else max(int(np.argmin(same)), 1)
+        starts[done : done + run] = head + np.arange(run, dtype=np.int64) * stride
+        lengths[done : done + run] = length
+        short_runs = short_runs + 1 if run < 8 else 0
+        pos += run * stride
+        done += run
+    if done == count and pos == limit:
+        return np.stack((starts, starts + lengths))
+    return _record_starts_sequential(area, count, 0, limit, path, position)
+
+
+def _record_starts_sequential(area, count: int, pos: int, limit: int, path, position: int) -> np.ndarray:
+    """The one-record-at-a-time scan from ``pos``; it must consume exactly ``area[pos:limit]``."""
     starts = np.empty(count, dtype=np.int64)
     ends = np.empty(count, dtype=np.int64)
-    limit = len(area)
-    pos = 0
     try:
         for i in range(count):
             b = area[pos]
-            if b < 0x80:  # one-byte length: the common case, kept inline
+            if b < 0x80:  # one- and two-byte lengths inline: records up to 8 KiB
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif area[pos + 1] < 0x80:
+                v = (b & 0x7F) | (area[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = _read_varint(area, pos, limit)
             if length < 0 or pos + length > limit:
@@ -690,6 +749,83 @@ class RecordColumns:
         )
 
 
+@dataclass(slots=True)
+class RecordBounds:
+    """Where each record body of an uncompressed v2 batch lies, relative to the batch's records area
+    (file position = batch position + V2_HEADER_SIZE + start). ``offset_deltas`` is None when the
+    records are at offsets base..base+n-1, as every batch written by a producer is."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    offset_deltas: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        return (
+            self.starts.nbytes
+            + self.ends.nbytes
+            + (0 if self.offset_deltas is None else self.offset_deltas.nbytes)
+        )
+
+    def index_of(self, header: BatchHeader, offset: int) -> int:
+        """The record index holding ``offset``, or -1 (compaction may have left gaps)."""
+        delta = offset - header.base_offset
+        if self.offset_deltas is None:
+            return delta if 0 <= delta < self.starts.shape[0] else -1
+        i = int(np.searchsorted(self.offset_deltas, delta))
+        return i if i < self.offset_deltas.shape[0] and int(self.offset_deltas[i]) == delta else -1
+
+
+def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordBounds:
+    """The record bounds of an uncompressed v2 batch (ValueError for other batches)."""
+    if header.magic < 2 or header.compression != Compression.NONE:
+        raise ValueError("record bounds exist only for uncompressed v2 batches")
+    if header.records_count < 0:
+        raise CorruptRecordError(f"negative record count {header.records_count}", path, header.position)
+    area = _v2_records_area(buf, header, path)
+    count = header.records_count
+    bounds = _record_starts(area, count, len(area) - _VARINT_PAD, path, header.position)
+    starts, ends = bounds[0], bounds[1]
+    try:
+        pos = starts + 1
+        _, sz = _gather_varints(np.frombuffer(area, dtype=np.uint8), pos)
+        deltas, _ = _gather_varints(np.frombuffer(area, dtype=np.uint8), pos + sz)
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    identity = bool((deltas == np.arange(count)).all())
+    return RecordBounds(starts.astype(np.int32), ends.astype(np.int32), None if identity else deltas)
+
+
+def decode_record(body: bytes, header: BatchHeader, *, path: str | Path | None = None) -> Record:
+    """One record of a v2 batch from its body bytes (what follows its length prefix)."""
+    end = len(body)
+    try:
+        pos = 1  # attributes
+        ts_delta, pos = _read_varint(body, pos, end)
+        offset_delta, pos = _read_varint(body, pos, end)
+        key, pos = _varint_bytes(body, pos, end)
+        value, pos = _varint_bytes(body, pos, end)
+        headers, pos = _parse_headers(body, pos, end)
+        if pos != end:
+            raise ValueError("record length does not match its fields")
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        timestamp = header.max_timestamp
+    else:
+        timestamp = header.base_timestamp + ts_delta
+    return Record(header.base_offset + offset_delta, timestamp, header.timestamp_type, key, value, headers)
+
+
+def _varint_bytes(body: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(body, pos, end)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise ValueError("field runs past the record")
+    return body[pos : pos + length], pos + length
+
+
 def _empty_columns(timestamp_type: TimestampType) -> RecordColumns:
     empty = np.zeros(0, dtype=np.int64)
     return RecordColumns(
@@ -728,9 +864,10 @@ def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarr
     area = _v2_records_area(buf, header, path)
     if count == 0:
         return _empty_columns(header.timestamp_type), np.zeros(0, dtype=np.int64)
-    bounds = _record_starts(area, count, path, header.position)
+    limit = len(area) - _VARINT_PAD
+    bounds = _record_starts(area, count, limit, path, header.position)
     starts, ends = bounds[0], bounds[1]
-    arr = np.frombuffer(area + b"\x00" * 10, dtype=np.uint8)
+    arr = np.frombuffer(area, dtype=np.uint8)
     try:
         pos = starts + 1  # attributes byte (unused)
         ts_delta, sz = _gather_varints(arr, pos)
@@ -767,7 +904,7 @@ def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarr
     else:
         timestamps = header.base_timestamp + ts_delta
     columns = RecordColumns(
-        arr[: len(area)],
+        arr[:limit],
         header.base_offset + off_delta,
         timestamps,
         header.timestamp_type,

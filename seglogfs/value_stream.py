@@ -179,7 +179,7 @@ class ValueStream:
                 while wanted > 0 and i < len(seg.positions):
                     values = self._values(seg, i)
                     skip = rel - seg.starts[i]
-                    piece = values[skip:skip + wanted]
+                    piece = values[skip : skip + wanted]
                     out.append(piece)
                     wanted -= len(piece)
                     rel += len(piece)

@@ -320,7 +320,40 @@ def test_reader_survives_the_writer_trimming_indexes_it_has_open(tmp_path):
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", READER_SURVIVES_TRIM, str(tmp_path / "t")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", READER_SURVIVES_TRIM, str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr  # -7 (SIGBUS) when the reader maps the index
     assert run.stdout.splitlines()[-1] == "20"
+
+
+def test_reads_batches_with_offset_gaps_left_by_compaction(tmp_path):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    # A compacted batch keeps its base and last offset but only some records (deltas 0, 3, 4).
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=2**20,
+    )
+    for delta, value in [(0, b"zero"), (3, b"three"), (4, b"four")]:
+        builder.append(delta, timestamp=1000 + delta, key=None, value=value, headers=[])
+    batch = bytes(builder.build())
+    directory = tmp_path / "compacted-0"
+    directory.mkdir()
+    (directory / "00000000000000000000.log").write_bytes(batch)
+    log = Log.open(directory, read_only=True)
+    assert log.end_offset == 5
+    assert [(r.offset, r.value) for r in log.iter_records()] == [(0, b"zero"), (3, b"three"), (4, b"four")]
+    assert (log.read(3).value, log.read(4).timestamp) == (b"three", 1004)
+    for missing in (1, 2):
+        with pytest.raises(OffsetOutOfRangeError, match="holds no user record"):
+            log.read(missing)
+    log.close()

@@ -39,8 +39,14 @@ def fuse_library() -> str:
     return f"libfuse {mfusepy.fuse_version_major}.{mfusepy.fuse_version_minor}"
 
 
-def run_mount(ops: SeglogOperations, mount_point: str | Path, *, read_only: bool = False,
-              allow_other: bool = False, debug: bool = False) -> None:
+def run_mount(
+    ops: SeglogOperations,
+    mount_point: str | Path,
+    *,
+    read_only: bool = False,
+    allow_other: bool = False,
+    debug: bool = False,
+) -> None:
     """Serve ``ops`` on ``mount_point`` until it is unmounted (blocks; multi-threaded, foreground).
 
     libfuse installs its SIGTERM/SIGINT handlers here (only where the disposition is still SIG_DFL):

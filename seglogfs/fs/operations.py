@@ -135,8 +135,15 @@ class SeglogOperations(mfusepy.Operations):
     def _attrs(self, mode: int, size: int = 0, mtime_ns: int | None = None, nlink: int = 1) -> dict[str, int]:
         t = self.started_ns if mtime_ns is None else mtime_ns
         return {
-            "st_mode": mode, "st_nlink": nlink, "st_size": size, "st_uid": self.uid, "st_gid": self.gid,
-            "st_atime": t, "st_mtime": t, "st_ctime": t, "st_blksize": BLOCK_SIZE,
+            "st_mode": mode,
+            "st_nlink": nlink,
+            "st_size": size,
+            "st_uid": self.uid,
+            "st_gid": self.gid,
+            "st_atime": t,
+            "st_mtime": t,
+            "st_ctime": t,
+            "st_blksize": BLOCK_SIZE,
             "st_blocks": (size + 511) // 512,
         }
 
@@ -155,8 +162,12 @@ class SeglogOperations(mfusepy.Operations):
         if conn is not None:
             conn.max_write = min(conn.max_write or MAX_WRITE, MAX_WRITE)
             conn.max_readahead = max(conn.max_readahead, 1 << 20)  # cold reads of segments/ in 1 MiB
-            log.info("FUSE connection: max_write=%d max_read=%d max_readahead=%d",
-                     conn.max_write, getattr(conn, "max_read", 0), conn.max_readahead)
+            log.info(
+                "FUSE connection: max_write=%d max_read=%d max_readahead=%d",
+                conn.max_write,
+                getattr(conn, "max_read", 0),
+                conn.max_readahead,
+            )
         if self.on_init is not None:
             self.on_init(conn, config)
 
@@ -231,8 +242,14 @@ class SeglogOperations(mfusepy.Operations):
     def statfs(self, path: str) -> dict[str, int]:
         st = os.statvfs(self.manager.data_dir)
         return {
-            "f_bsize": BLOCK_SIZE, "f_frsize": st.f_frsize, "f_blocks": st.f_blocks, "f_bfree": st.f_bfree,
-            "f_bavail": st.f_bavail, "f_files": st.f_files, "f_ffree": st.f_ffree, "f_favail": st.f_favail,
+            "f_bsize": BLOCK_SIZE,
+            "f_frsize": st.f_frsize,
+            "f_blocks": st.f_blocks,
+            "f_bfree": st.f_bfree,
+            "f_bavail": st.f_bavail,
+            "f_files": st.f_files,
+            "f_ffree": st.f_ffree,
+            "f_favail": st.f_favail,
             "f_namemax": 255,
         }
 
@@ -258,7 +275,7 @@ class SeglogOperations(mfusepy.Operations):
         # ENODATA for anything we do not have, never ENOSYS: libfuse would switch xattrs off for good.
         if not name.startswith(XATTR_PREFIX):
             raise fail(errno.ENODATA)
-        value = self._xattrs(path).get(name[len(XATTR_PREFIX):])
+        value = self._xattrs(path).get(name[len(XATTR_PREFIX) :])
         if value is None:
             raise fail(errno.ENODATA)
         return value
@@ -394,7 +411,7 @@ class SeglogOperations(mfusepy.Operations):
             return handle.stream.read(offset, size)
         if handle.node.kind in WRITABLE:
             raise fail(errno.EBADF)
-        return handle.data[offset:offset + size]
+        return handle.data[offset : offset + size]
 
     @fuse_errors
     def write(self, path: str, data: bytes, offset: int, fi: Any) -> int:
@@ -417,7 +434,7 @@ class SeglogOperations(mfusepy.Operations):
                 return len(data)
             complete = bytes(handle.pending) + data[:cut] if handle.pending else data[:cut]
             self._commit_lines(handle, complete)  # raises: nothing appended, pending kept as it was
-            handle.pending = bytearray(data[cut + 1:])
+            handle.pending = bytearray(data[cut + 1 :])
             return len(data)
 
     def _commit_lines(self, handle: Handle, complete: bytes) -> None:
@@ -457,8 +474,11 @@ class SeglogOperations(mfusepy.Operations):
             if isinstance(item, bytes | bytearray):
                 size = len(item)
             else:
-                size = len(item.value or b"") + len(item.key or b"") + sum(
-                    len(k.encode()) + len(v or b"") + 10 for k, v in item.headers)
+                size = (
+                    len(item.value or b"")
+                    + len(item.key or b"")
+                    + sum(len(k.encode()) + len(v or b"") + 10 for k, v in item.headers)
+                )
             if size + slack > limit:
                 return True
         return False
@@ -480,8 +500,9 @@ class SeglogOperations(mfusepy.Operations):
             if handle.node.kind in WRITABLE:
                 self._commit_pending(handle)
         except Exception as exc:  # nobody is left to tell; the close() that could have is gone
-            log.error("%s of %s/%s: dropped pending data: %s", why, handle.node.log, handle.node.kind.value,
-                      exc)
+            log.error(
+                "%s of %s/%s: dropped pending data: %s", why, handle.node.log, handle.node.kind.value, exc
+            )
         finally:
             if handle.fd >= 0:
                 os.close(handle.fd)
