@@ -67,7 +67,7 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
-_BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~4M records, or decoded batches
+_BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~8M records, or decoded batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,9 +566,9 @@ class Log:
             i = bounds.index_of(header, offset)
             if i < 0:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
-            start, end = int(bounds.starts[i]), int(bounds.ends[i])
-            body = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
-            return decode_record(body, header, path=segment.log_path)
+            start, end = bounds.span(i)
+            data = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
+            return decode_record(data, header, path=segment.log_path)
         columns = self._columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))
         if i >= len(columns) or int(columns.offsets[i]) != offset:

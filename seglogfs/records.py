@@ -751,21 +751,18 @@ class RecordColumns:
 
 @dataclass(slots=True)
 class RecordBounds:
-    """Where each record body of an uncompressed v2 batch lies, relative to the batch's records area
-    (file position = batch position + V2_HEADER_SIZE + start). ``offset_deltas`` is None when the
-    records are at offsets base..base+n-1, as every batch written by a producer is."""
+    """Where each record of an uncompressed v2 batch starts (its length prefix), relative to the
+    batch's records area: file position = batch position + V2_HEADER_SIZE + start. 4 bytes a record.
+    ``offset_deltas`` is None when the records are at offsets base..base+n-1, as every batch written by
+    a producer is."""
 
     starts: np.ndarray
-    ends: np.ndarray
+    area_size: int
     offset_deltas: np.ndarray | None
 
     @property
     def nbytes(self) -> int:
-        return (
-            self.starts.nbytes
-            + self.ends.nbytes
-            + (0 if self.offset_deltas is None else self.offset_deltas.nbytes)
-        )
+        return self.starts.nbytes + (0 if self.offset_deltas is None else self.offset_deltas.nbytes)
 
     def index_of(self, header: BatchHeader, offset: int) -> int:
         """The record index holding ``offset``, or -1 (compaction may have left gaps)."""
@@ -774,6 +771,11 @@ class RecordBounds:
             return delta if 0 <= delta < self.starts.shape[0] else -1
         i = int(np.searchsorted(self.offset_deltas, delta))
         return i if i < self.offset_deltas.shape[0] and int(self.offset_deltas[i]) == delta else -1
+
+    def span(self, i: int) -> tuple[int, int]:
+        """(start, end) of record i, length prefix included, within the records area."""
+        end = int(self.starts[i + 1]) if i + 1 < self.starts.shape[0] else self.area_size
+        return int(self.starts[i]), end
 
 
 def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordBounds:
@@ -784,28 +786,35 @@ def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -
         raise CorruptRecordError(f"negative record count {header.records_count}", path, header.position)
     area = _v2_records_area(buf, header, path)
     count = header.records_count
-    bounds = _record_starts(area, count, len(area) - _VARINT_PAD, path, header.position)
-    starts, ends = bounds[0], bounds[1]
+    limit = len(area) - _VARINT_PAD
+    bodies, ends = _record_starts(area, count, limit, path, header.position)
+    arr = np.frombuffer(area, dtype=np.uint8)
     try:
-        pos = starts + 1
-        _, sz = _gather_varints(np.frombuffer(area, dtype=np.uint8), pos)
-        deltas, _ = _gather_varints(np.frombuffer(area, dtype=np.uint8), pos + sz)
+        _, sz = _gather_varints(arr, bodies + 1)  # timestamp delta, after the attributes byte
+        deltas, _ = _gather_varints(arr, bodies + 1 + sz)
     except (ValueError, IndexError) as exc:
         raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    # Records are back to back: each length prefix begins where the previous body ends.
+    starts = np.empty(count, dtype=np.int32)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
     identity = bool((deltas == np.arange(count)).all())
-    return RecordBounds(starts.astype(np.int32), ends.astype(np.int32), None if identity else deltas)
+    return RecordBounds(starts, limit, None if identity else deltas)
 
 
-def decode_record(body: bytes, header: BatchHeader, *, path: str | Path | None = None) -> Record:
-    """One record of a v2 batch from its body bytes (what follows its length prefix)."""
-    end = len(body)
+def decode_record(data: bytes, header: BatchHeader, *, path: str | Path | None = None) -> Record:
+    """One record of a v2 batch from its bytes, length prefix included."""
+    end = len(data)
     try:
-        pos = 1  # attributes
-        ts_delta, pos = _read_varint(body, pos, end)
-        offset_delta, pos = _read_varint(body, pos, end)
-        key, pos = _varint_bytes(body, pos, end)
-        value, pos = _varint_bytes(body, pos, end)
-        headers, pos = _parse_headers(body, pos, end)
+        length, pos = _read_varint(data, 0, end)
+        if pos + length != end:
+            raise ValueError(f"record length {length} does not match its {end - pos} bytes")
+        pos += 1  # attributes
+        ts_delta, pos = _read_varint(data, pos, end)
+        offset_delta, pos = _read_varint(data, pos, end)
+        key, pos = _varint_bytes(data, pos, end)
+        value, pos = _varint_bytes(data, pos, end)
+        headers, pos = _parse_headers(data, pos, end)
         if pos != end:
             raise ValueError("record length does not match its fields")
     except (ValueError, IndexError) as exc:
