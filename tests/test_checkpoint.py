@@ -8,6 +8,7 @@ from pathlib import Path
 
 import crc32c
 import pytest
+from testdata import KAFKA_LOG_DIR
 
 from seglogfs.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
@@ -31,7 +32,7 @@ from seglogfs.checkpoint import (
 )
 from seglogfs.errors import InvalidLogNameError
 
-KAFKA_DIR = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+KAFKA_DIR = KAFKA_LOG_DIR
 
 
 @pytest.fixture(scope="module")

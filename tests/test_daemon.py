@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 from mount_fixture import mounted, seglogd  # noqa: F401  (fixture)
+from testdata import KAFKA_LOG_DIR
 
 pytestmark = [pytest.mark.fuse]
 
-KAFKA_DATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
-if not KAFKA_DATA.exists():
-    KAFKA_DATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "kafka-4-kraft-logdir"
+KAFKA_DATA = KAFKA_LOG_DIR
 
 
 def info(mount: Path, log: str) -> dict:

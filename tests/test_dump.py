@@ -15,10 +15,11 @@ import pytest
 from crc32c import crc32c
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from testdata import KAFKA_LOG_DIR
 
 from seglogfs.dump import DumpOptions, dump_files
 
-TESTDATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+TESTDATA = KAFKA_LOG_DIR
 SEG = "00000000000000000000"
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE"}

@@ -14,11 +14,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from testdata import KAFKA_LOG_DIR
 
 from seglogfs.errors import CorruptIndexError, IndexOffsetOverflowError, ReadOnlyLogError
 from seglogfs.index import InvalidIndexAppendError, OffsetIndex, TimeIndex
 
-TESTDATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+TESTDATA = KAFKA_LOG_DIR
 INT32_MAX = 2**31 - 1
 
 

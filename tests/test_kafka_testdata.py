@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import ControlRecord
+from testdata import KAFKA_LOG_DIR
 
 from seglogfs.config import LogConfig
 from seglogfs.errors import OffsetOutOfRangeError, TimestampNotFoundError
@@ -32,7 +33,7 @@ from seglogfs.records import (
 )
 from seglogfs.segment import LogSegment
 
-TESTDATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+TESTDATA = KAFKA_LOG_DIR
 SEGMENT = "00000000000000000000"
 CONSUMER_OFFSETS = "__consumer_offsets-15"
 METADATA = "__cluster_metadata-0"

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
+from testdata import KAFKA_LOG_DIR
 
 from seglogfs.verify import Progress, verify_paths
 
-TESTDATA = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+TESTDATA = KAFKA_LOG_DIR
 SEG = "00000000000000000000"
 
 
