@@ -99,11 +99,9 @@ class LogManager:
             for log_obj in opened:
                 log_obj.close()
             raise
+        state = "clean shutdown" if clean else "no clean-shutdown marker: unflushed data was validated"
         log.info(
-            "opened %d logs in %s (%s shutdown)",
-            len(self._logs),
-            self.data_dir,
-            "clean" if clean else "unclean",
+            "opened %d logs in %s (%s)", len(self._logs), self.data_dir, state if self._logs else "empty"
         )
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:

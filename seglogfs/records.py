@@ -1042,9 +1042,33 @@ def decode_batch(buf, header: BatchHeader, *, path: str | Path | None = None) ->
     if header.is_control:
         return []
     tstype = header.timestamp_type
+    if header.magic < 2:
+        return [
+            Record(r.offset, r.timestamp, tstype, r.key, r.value, r.headers)
+            for r in _legacy_messages(buf, header, path)
+        ]
+    columns, _ = _v2_columns(buf, header, path)
+    data = columns.data.tobytes()
+    headers = columns.headers or [()] * len(columns)
     return [
-        Record(r.offset, r.timestamp, tstype, r.key, r.value, r.headers)
-        for r in decode_batch_all(buf, header, path=path)
+        Record(
+            offset,
+            timestamp,
+            tstype,
+            None if kl < 0 else data[ks : ks + kl],
+            None if vl < 0 else data[vs : vs + vl],
+            h,
+        )
+        for offset, timestamp, ks, kl, vs, vl, h in zip(
+            columns.offsets.tolist(),
+            columns.timestamps.tolist(),
+            columns.key_starts.tolist(),
+            columns.key_lengths.tolist(),
+            columns.value_starts.tolist(),
+            columns.value_lengths.tolist(),
+            headers,
+            strict=True,
+        )
     ]
 
 
