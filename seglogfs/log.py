@@ -169,7 +169,10 @@ class Log:
             if p.name.endswith(LOG_SUFFIX) and p.name.split(".", 1)[0].isdigit()
         )
         segments = [self._new_segment(b) for b in bases]
-        if not self.read_only:
+        if self.read_only:
+            # Retention may have removed a segment since the listing: a reader leaves it out.
+            segments = [s for s in segments if s.size or s.log_path.exists()]
+        else:
             first_to_recover = (
                 len(segments) if clean_shutdown else self._first_unflushed(segments, recovery_point)
             )

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 from .records import (
@@ -76,7 +78,13 @@ class LogSegment:
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
         # Existing segments open their .log only when first read or written (1000 segments must not
         # hold 1000 descriptors); the size comes from the directory entry.
-        self.size = os.stat(self.log_path).st_size
+        try:
+            self.size = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            if writable:
+                raise
+            # A reader of a log dir with no segment yet, or of one retention just removed: empty.
+            self.size = 0
         self._lock = threading.Lock()
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
@@ -117,9 +125,17 @@ class LogSegment:
             return cls(path, self.base_offset, self.max_index_size, writable=True)
         if not path.exists():
             return _EmptyIndex(cls is OffsetIndex, self.base_offset)
-        index = cls(path, self.base_offset, writable=False)
+        try:
+            index = cls(path, self.base_offset, writable=False)
+        except FileNotFoundError:  # removed (retention) since the check above
+            return _EmptyIndex(cls is OffsetIndex, self.base_offset)
         # A reader may meet the preallocated, zero-filled tail of an active segment's index.
         index.limit_entries(index.entries_before_zero_tail())
+        if cls is OffsetIndex:
+            # The owner may have appended since ``size`` was read: entries at or past it point at
+            # batches this reader does not see (its end offset stops before them).
+            _, positions = index.to_arrays()
+            index.limit_entries(int(np.searchsorted(positions, self.size)))
         try:
             index.sanity_check()
         except CorruptIndexError:
@@ -426,6 +442,9 @@ class _EmptyIndex:
 
     def lookup_bounds(self, target: int) -> tuple[tuple[int, int], None]:
         return (self.base_offset, 0), None
+
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
 
     @property
     def last_entry(self) -> tuple[int, int]:

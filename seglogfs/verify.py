@@ -3,7 +3,8 @@
 A segment is sound when:
 
 * every batch header is plausible and its CRC matches (CRC-32C for v2, CRC-32 for v0/v1), offsets
-  increase from batch to batch, and no bytes trail the last complete batch;
+  increase from batch to batch, and no bytes trail the last complete batch; with ``decode_records``
+  (the Spark ``verify`` job), every record of every CRC-valid batch also decodes;
 * every ``.index`` entry (O, P) points at the start P of a batch whose lastOffset is O (Kafka's
   per-batch indexing rule, also what kafka-dump-log.sh checks), with offsets and positions increasing;
 * every ``.timeindex`` entry (T, O) names the lastOffset O of a batch whose max timestamp is T, with
@@ -33,7 +34,7 @@ from crc32c import crc32c
 from .dump import open_readonly
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
-from .records import iter_batch_headers, validate_batch
+from .records import decode_batch_columns, iter_batch_headers, validate_batch
 
 __all__ = ["Problem", "Progress", "VerifyReport", "find_segments", "verify_paths", "verify_segment"]
 
@@ -59,6 +60,9 @@ class VerifyReport:
     segments: int = 0
     batches: int = 0
     bytes: int = 0
+    records: int = 0  # user records: decoded with ``decode_records``, else the batch headers' counts
+    index_entries: int = 0  # .index entries in use
+    time_index_entries: int = 0  # .timeindex entries in use
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -170,9 +174,14 @@ class _Batches:
 
 
 def _scan_log(
-    log_path: Path, base_offset: int, report: VerifyReport, progress: Progress | None
+    log_path: Path,
+    base_offset: int,
+    report: VerifyReport,
+    progress: Progress | None,
+    decode_records: bool = False,
 ) -> tuple[_Batches, int, int]:
-    """CRC-check every batch; returns the batch table, the valid byte count and the file size."""
+    """CRC-check every batch (and decode its records with ``decode_records``); returns the batch
+    table, the valid byte count and the file size."""
     batches = _Batches()
     problems = report.problems
     with open_readonly(log_path) as buf:
@@ -186,6 +195,18 @@ def _scan_log(
                     validate_batch(buf, header, path=log_path)
                 except CorruptRecordError as exc:
                     problems.append(Problem(log_path, header.position, f"corrupt batch: {_bare(exc)}"))
+                else:
+                    if header.is_control:
+                        pass
+                    elif not decode_records:
+                        report.records += header.records_count
+                    else:
+                        try:
+                            report.records += len(decode_batch_columns(buf, header, path=log_path))
+                        except CorruptRecordError as exc:
+                            problems.append(
+                                Problem(log_path, header.position, f"corrupt records: {_bare(exc)}")
+                            )
                 if header.base_offset < next_offset:
                     problems.append(
                         Problem(
@@ -218,7 +239,8 @@ def _scan_log(
                 Problem(
                     log_path,
                     valid_end,
-                    f"{size - valid_end} bytes after the last complete batch (torn or partial write)",
+                    f"{size - valid_end} bytes after the last complete batch (trailing bytes of a torn "
+                    "or partial write)",
                 )
             )
         if progress is not None:
@@ -258,7 +280,8 @@ def _drop_zero_tail(index: OffsetIndex | TimeIndex, path: Path, active: bool, pr
 
 def _check_offset_index(
     path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]
-) -> None:
+) -> int:
+    """Check the .index against the batch table; returns its entries in use."""
     index = OffsetIndex(path, base, writable=False)
     try:
         n = _drop_zero_tail(index, path, active, problems)
@@ -266,7 +289,7 @@ def _check_offset_index(
     finally:
         index.close()
     if n == 0:
-        return
+        return 0
     bad = np.flatnonzero((np.diff(offsets) <= 0) | (np.diff(positions) <= 0)) + 1
     for i in bad[:20]:
         problems.append(
@@ -290,17 +313,17 @@ def _check_offset_index(
     for i in wrong[:50]:
         pos, off = int(positions[i]), int(offsets[i])
         if not at_start[i]:
-            why = f"no batch starts at position {pos} of the .log"
+            why = "no batch starts there"
         else:
             why = f"the batch at position {pos} has lastOffset {int(blast[clipped[i]])}"
         problems.append(Problem(path, int(i) * 8, f"entry {i} (offset {off}, position {pos}): {why}"))
     if len(wrong) > 50:
         problems.append(Problem(path, None, f"... and {len(wrong) - 50} more wrong entries"))
+    return n
 
 
-def _check_time_index(
-    path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]
-) -> None:
+def _check_time_index(path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]) -> int:
+    """Check the .timeindex against the batch table; returns its entries in use."""
     index = TimeIndex(path, base, writable=False)
     try:
         n = _drop_zero_tail(index, path, active, problems)
@@ -349,18 +372,27 @@ def _check_time_index(
                     "(written on roll; retention reads it)",
                 )
             )
+    return n
 
 
 def verify_segment(
-    log_path: Path, *, active: bool, report: VerifyReport, progress: Progress | None = None
+    log_path: Path,
+    *,
+    active: bool,
+    report: VerifyReport,
+    progress: Progress | None = None,
+    decode_records: bool = False,
 ) -> int:
     """Check one segment (.log with its .index and .timeindex), adding problems to ``report``.
 
-    Returns the segment's next offset (last batch's lastOffset + 1, or its base when empty).
+    ``active``: the log's last segment, whose indexes a running writer keeps preallocated.
+    ``decode_records`` also decodes every record of every CRC-valid batch (slower; the CRC already
+    covers the bytes, this catches a producer's malformed records). Returns the segment's next
+    offset (last batch's lastOffset + 1, or its base when empty).
     """
     report.segments += 1
     base = int(log_path.name.split(".")[0])
-    batches, _valid_end, size = _scan_log(log_path, base, report, progress)
+    batches, _valid_end, size = _scan_log(log_path, base, report, progress, decode_records)
     next_offset = batches.last_offsets[-1] + 1 if batches.last_offsets else base
     stem = log_path.with_suffix("")
     for suffix, check in ((".index", _check_offset_index), (".timeindex", _check_time_index)):
@@ -370,7 +402,11 @@ def verify_segment(
                 report.problems.append(Problem(path, None, "missing (Kafka would rebuild it on recovery)"))
             continue
         try:
-            check(path, base, batches, active, report.problems)
+            entries = check(path, base, batches, active, report.problems)
+            if suffix == ".index":
+                report.index_entries += entries
+            else:
+                report.time_index_entries += entries
         except OSError as exc:
             report.problems.append(Problem(path, None, f"cannot read: {exc}"))
     return next_offset
@@ -390,8 +426,13 @@ def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> Non
             report.problems.append(Problem(snap, 2, "producer snapshot CRC-32C does not match"))
 
 
-def verify_paths(paths: Sequence[str | Path], *, progress_stream: TextIO | None = None) -> VerifyReport:
-    """Verify data dirs, log dirs or segment files; draws a progress bar on ``progress_stream``."""
+def verify_paths(
+    paths: Sequence[str | Path], *, progress_stream: TextIO | None = None, decode_records: bool = False
+) -> VerifyReport:
+    """Verify data dirs, log dirs or segment files; draws a progress bar on ``progress_stream``.
+
+    ``decode_records``: see :func:`verify_segment`.
+    """
     report = VerifyReport()
     groups, problems = find_segments(paths)
     report.problems.extend(problems)
@@ -411,7 +452,11 @@ def verify_paths(paths: Sequence[str | Path], *, progress_stream: TextIO | None 
                 continue
             try:
                 next_offset = verify_segment(
-                    log_path, active=log_path == active, report=report, progress=progress
+                    log_path,
+                    active=log_path == active,
+                    report=report,
+                    progress=progress,
+                    decode_records=decode_records,
                 )
             except OSError as exc:
                 report.problems.append(Problem(log_path, None, f"cannot read: {exc}"))

@@ -357,3 +357,55 @@ def test_reads_batches_with_offset_gaps_left_by_compaction(tmp_path):
         with pytest.raises(OffsetOutOfRangeError, match="holds no user record"):
             log.read(missing)
     log.close()
+
+
+def test_reader_of_a_log_dir_without_segments_sees_an_empty_log(tmp_path):
+    directory = tmp_path / "fresh-0"
+    directory.mkdir()
+    with Log.open(directory, read_only=True, log_start_offset=7) as reader:
+        assert (reader.start_offset, reader.end_offset) == (7, 7)
+        assert list(reader.iter_records()) == []
+        assert reader.active_segment.offset_index.to_arrays()[0].size == 0
+    assert list(directory.iterdir()) == []  # nothing was created
+
+
+def test_reader_leaves_out_a_segment_retention_removes_while_it_opens(tmp_path, monkeypatch):
+    import seglogfs.log as log_module
+
+    writer = open_log(tmp_path / "t", config(segment_bytes=300))
+    for i in range(30):
+        writer.append_values([b"v%02d" % i * 10])
+    first, second = writer.segments[0], writer.segments[1]
+    real = log_module.LogSegment
+
+    def removed_after_listing(directory, base_offset, **kwargs):
+        if base_offset == first.base_offset:
+            first.log_path.unlink()  # retention ran between the directory listing and the stat
+        return real(directory, base_offset, **kwargs)
+
+    monkeypatch.setattr(log_module, "LogSegment", removed_after_listing)
+    with Log.open(tmp_path / "t", read_only=True) as reader:
+        assert reader.segments[0].base_offset == second.base_offset == reader.start_offset
+        assert reader.end_offset == 30
+        assert [r.offset for r in reader.iter_records()] == list(range(second.base_offset, 30))
+    writer.close()
+
+
+def test_reader_ignores_index_entries_past_the_size_it_saw(tmp_path):
+    from seglogfs.segment import LogSegment
+
+    writer = open_log(tmp_path / "t", config(index_interval_bytes=10))
+    for i in range(5):
+        writer.append_values([b"%02d" % i * 20])
+    active = writer.active_segment
+    # A reader stats the segment, then the writer appends (and indexes) before the reader loads the
+    # index: the new entries point past the bytes the reader knows about.
+    reader = LogSegment(writer.dir, active.base_offset, writable=False)
+    for i in range(5, 10):
+        writer.append_values([b"%02d" % i * 20])
+    _, positions = reader.offset_index.to_arrays()
+    assert positions.size and int(positions.max()) < reader.size
+    assert reader.read_next_offset() == 5
+    assert reader.find_batch(4).last_offset == 4 and reader.find_batch(5) is None
+    reader.close()
+    writer.close()

@@ -432,3 +432,32 @@ def test_stream_data_loss_after_retention(tmp_path: Path, caplog) -> None:
     offsets = [o for p in parts for b in lenient.read(p) for o in b.column("offset").to_pylist()]
     assert offsets == list(range(start, 1000))
     assert "were removed" in caplog.text
+
+
+def test_log_start_checkpoint_and_a_log_dir_without_segments(tmp_path: Path) -> None:
+    from seglogfs.checkpoint import write_offset_checkpoint
+
+    make_log(tmp_path, "cp-0", batches=8)
+    (tmp_path / "bare-0").mkdir()  # a log dir whose first segment does not exist yet
+    write_offset_checkpoint(tmp_path / "log-start-offset-checkpoint", {("cp", 0): 60})
+    parts, rows = source_rows({"path": tmp_path})
+    assert [r[0] for r in rows] == list(range(60, 200))
+    assert {p.log for p in parts} == {"cp-0"} and parts[0].position > 0
+    with pytest.raises(DataLossError, match="before the log start offset 60"):
+        source_rows({"path": tmp_path, "startingOffsets": '{"cp-0": 10}'})
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    reader = SeglogStreamReader({"path": str(tmp_path), "startingoffsets": "earliest"})
+    assert reader.initialOffset() == {"bare-0": 0, "cp-0": 60}
+
+
+def test_verify_job_task_runs_the_engine_verifier_per_log(tmp_path: Path) -> None:
+    from seglogfs.spark.jobs import LogReport, summarise, verify_log
+
+    log_dir = make_log(tmp_path, "vl", batches=40, segment_bytes=3000)
+    segments = sorted(str(p) for p in log_dir.glob("*.log"))
+    report = LogReport(**verify_log(segments))
+    assert (report.log, report.segments, report.records, report.problems) == ("vl", len(segments), 1000, [])
+    text, problems = summarise([report])
+    row = text.splitlines()[2].split()
+    assert problems == 0 and row[:4] == ["vl", str(len(segments)), "40", "1000"] and row[-1] == "OK"

@@ -117,8 +117,7 @@ def test_corrupt_offset_index_entry(tmp_path):
     proc = run_verify(part)
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
-        f"{index}: position 24: entry 3 (offset {rel}, position {pos + 1}): "
-        f"no batch starts at position {pos + 1} of the .log"
+        f"{index}: position 24: entry 3 (offset {rel}, position {pos + 1}): no batch starts there"
     ]
 
 
@@ -240,3 +239,30 @@ def test_progress_bar_draws_to_a_stream():
     assert text.startswith("\r[..........]   0.0%")
     assert "\r[##########] 100.0% 4.0 MiB/4.0 MiB events-0/00000000000000000000.log" in text
     assert text.endswith("\n")
+
+
+def test_counts_and_decode_records(tmp_path):
+    from crc32c import crc32c
+
+    from seglogfs.log import Log
+    from seglogfs.records import ProducerRecord
+
+    part = tmp_path / "events-0"
+    with Log.open(part, create=True) as log:
+        for i in range(4):
+            log.append([ProducerRecord(b"v%d" % i, key=b"k"), ProducerRecord(b"w%d" % i)])
+    report = verify_paths([part])
+    assert report.problems == [] and (report.batches, report.records) == (4, 8)
+    assert report.index_entries >= 0 and report.time_index_entries >= 1
+    assert verify_paths([part], decode_records=True).records == 8
+    # A batch whose CRC matches but whose first record is malformed (a producer's bug): only the
+    # decoding pass sees it.
+    seg = part / f"{SEG}.log"
+    data = bytearray(seg.read_bytes())
+    data[61] = 0x7E  # the first record's length varint: 63 bytes, past the batch
+    data[17:21] = crc32c(bytes(data[21 : batches_of(bytes(data))[0][1]])).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    assert verify_paths([part]).problems == []
+    problems = verify_paths([part], decode_records=True).problems
+    assert [(p.path, p.position) for p in problems] == [(seg, 0)]
+    assert "corrupt records" in problems[0].message

@@ -8,9 +8,10 @@
 
 ``export`` writes the records of a log, a set of logs or a time range to Parquet, in the ``seglog``
 schema (key, value, topic, partition, offset, timestamp, timestampType[, headers]), partitioned by
-``topic`` and ``partition``. ``verify`` checks every batch CRC and every ``.index`` / ``.timeindex``
-entry of many logs in parallel (one task per segment), prints a summary table per log and every
-problem with its file and byte position, and exits 1 when anything is wrong.
+``topic`` and ``partition``. ``verify`` runs the engine's verifier (:mod:`seglogfs.verify`: every
+batch CRC, every record, every ``.index`` / ``.timeindex`` entry) over many logs in parallel (one
+task per log), prints a summary table per log and every problem with its file and byte position,
+and exits 1 when anything is wrong.
 
 Both run on ``local[*]`` unless ``--master`` says otherwise, and print progress (tasks done per
 stage) to stderr.
@@ -28,15 +29,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# ------------------------------------------------------------------------------------ segment checks
+# ------------------------------------------------------------------------------------ log checks
 
 
 @dataclass
-class SegmentReport:
-    """What ``verify`` found in one segment."""
+class LogReport:
+    """What ``verify`` found in one log, or in one segment of it (the engine's ``seglogfs.verify``)."""
 
     log: str
-    segment: str
+    path: str  # the log dir, or the segment file
+    segments: int = 0
     bytes: int = 0
     batches: int = 0
     records: int = 0
@@ -44,131 +46,55 @@ class SegmentReport:
     time_index_entries: int = 0
     problems: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, log: str, path: str | Path, report) -> LogReport:
+        """From a ``seglogfs.verify.VerifyReport``."""
+        return cls(
+            log,
+            str(path),
+            report.segments,
+            report.bytes,
+            report.batches,
+            report.records,
+            report.index_entries,
+            report.time_index_entries,
+            [str(p) for p in report.problems],
+        )
 
-def verify_segment(log_path: str) -> SegmentReport:
-    """CRC of every batch, record structure, offset order and both indexes of one ``.log`` file."""
-    import numpy as np
 
-    from seglogfs.errors import CorruptRecordError
-    from seglogfs.records import decode_batch_columns, iter_batch_headers, validate_batch
-    from seglogfs.segment import base_offset_from_name
+def verify_log(paths: Sequence[str]) -> dict:
+    """A Spark task: the engine verifier over one log (its dir, or some of its segment files), with
+    every record decoded; the LogReport as a dict."""
+    from seglogfs.verify import verify_paths
 
-    from .planning import read_index_file
+    first = Path(paths[0])
+    log_dir = first if first.is_dir() else first.parent
+    report = verify_paths(paths, decode_records=True)
+    return asdict(LogReport.of(log_dir.name, log_dir, report))
+
+
+def verify_segment(log_path: str) -> LogReport:
+    """The engine verifier over one ``.log`` file (with its indexes), records decoded."""
+    from seglogfs.verify import Problem, VerifyReport, find_segments
+    from seglogfs.verify import verify_segment as check
 
     path = Path(log_path)
-    report = SegmentReport(path.parent.name, str(path))
-    problems = report.problems
+    report = VerifyReport()
+    groups, _ = find_segments([path.parent])
+    active = groups[0][-1] if groups and groups[0] else path
     try:
-        base = base_offset_from_name(path.name)
-    except ValueError:
-        problems.append(f"{path}: not a segment file name")
-        return report
-    data = path.read_bytes()
-    report.bytes = len(data)
-    starts: dict[int, tuple[int, int, int]] = {}  # position -> (base offset, last offset, max timestamp)
-    last_by_offset: dict[int, int] = {}  # batch last offset -> max timestamp
-    end = 0
-    prev_next = None
-    all_v2 = True
-    try:
-        for header in iter_batch_headers(data, 0, len(data), path=path):
-            end = header.position + header.size
-            report.batches += 1
-            all_v2 = all_v2 and header.magic >= 2
-            starts[header.position] = (header.base_offset, header.last_offset, header.max_timestamp)
-            last_by_offset[header.last_offset] = header.max_timestamp
-            if header.magic >= 2 and header.base_offset < base:
-                problems.append(
-                    f"{path} at position {header.position}: batch offset {header.base_offset} "
-                    f"is below the segment base offset {base}"
-                )
-            if prev_next is not None and header.magic >= 2 and header.base_offset < prev_next:
-                problems.append(
-                    f"{path} at position {header.position}: batch offset {header.base_offset} "
-                    f"goes backwards (previous batch ended at {prev_next - 1})"
-                )
-            prev_next = header.last_offset + 1
-            try:
-                validate_batch(data, header, path=path)
-                report.records += (
-                    len(decode_batch_columns(data, header, path=path)) if not header.is_control else 0
-                )
-            except CorruptRecordError as exc:
-                problems.append(str(exc))
-    except CorruptRecordError as exc:
-        problems.append(str(exc))
-        end = len(data)
-    if end < len(data):
-        problems.append(
-            f"{path} at position {end}: {len(data) - end} trailing bytes are not a complete batch "
-            "(torn write)"
-        )
-    last_offset = max((v[1] for v in starts.values()), default=base - 1)
-
-    # Indexes are read with pread, not mapped: a live owner may trim them (see planning).
-    index_path = path.with_suffix(".index")
-    if index_path.exists():
-        length = index_path.stat().st_size
-        offsets, positions = read_index_file(index_path, "offset", base)
-        report.index_entries = int(offsets.size)
-        if length % 8:
-            problems.append(f"{index_path}: length {length} is not a multiple of 8")
-        if offsets.size and ((np.diff(offsets) <= 0).any() or (np.diff(positions) <= 0).any()):
-            problems.append(f"{index_path}: entries are not strictly increasing")
-        for i, (o, p) in enumerate(zip(offsets.tolist(), positions.tolist(), strict=True)):
-            batch = starts.get(p)
-            if batch is None:
-                problems.append(f"{index_path} entry {i} (offset {o}, position {p}): no batch starts there")
-                break
-            if not batch[0] <= o <= last_offset:
-                problems.append(
-                    f"{index_path} entry {i} (offset {o}, position {p}): the batch there holds "
-                    f"offsets {batch[0]}..{batch[1]}"
-                )
-                break
-    elif report.batches:
-        problems.append(f"{index_path}: missing")
-
-    time_path = path.with_suffix(".timeindex")
-    if time_path.exists():
-        length = time_path.stat().st_size
-        stamps, toffsets = read_index_file(time_path, "time", base)
-        report.time_index_entries = int(stamps.size)
-        if length % 12:
-            problems.append(f"{time_path}: length {length} is not a multiple of 12")
-        if stamps.size and (np.diff(stamps) <= 0).any():
-            problems.append(f"{time_path}: timestamps are not strictly increasing")
-        if stamps.size and (np.diff(toffsets) < 0).any():
-            problems.append(f"{time_path}: offsets go backwards")
-        for i, (t, o) in enumerate(zip(stamps.tolist(), toffsets.tolist(), strict=True)):
-            if not base <= o <= last_offset:
-                problems.append(
-                    f"{time_path} entry {i} (timestamp {t}, offset {o}): offset outside the "
-                    f"segment ({base}..{last_offset})"
-                )
-                break
-            if all_v2 and last_by_offset.get(o) != t:
-                problems.append(
-                    f"{time_path} entry {i} (timestamp {t}, offset {o}): no batch ending at "
-                    f"offset {o} has max timestamp {t}"
-                )
-                break
-    return report
+        check(path, active=path == active, report=report, decode_records=True)
+    except OSError as exc:
+        report.problems.append(Problem(path, None, f"cannot read: {exc}"))
+    return LogReport.of(path.parent.name, path, report)
 
 
 def segment_files(paths: Sequence[str]) -> list[str]:
     """Every ``.log`` segment under the given data dirs, log dirs or segment files."""
-    from .planning import find_log_dirs
+    from seglogfs.verify import find_segments
 
-    out: list[str] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_file():
-            out.append(str(p))
-            continue
-        for log_dir in find_log_dirs(p):
-            out.extend(str(f) for f in sorted(log_dir.glob("*.log")) if f.name.split(".")[0].isdigit())
-    return out
+    groups, _ = find_segments(paths)
+    return [str(p) for group in groups for p in group]
 
 
 # ------------------------------------------------------------------------------------ Spark plumbing
@@ -291,9 +217,9 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(out)
 
 
-def summarise(reports: list[SegmentReport]) -> tuple[str, int]:
+def summarise(reports: list[LogReport]) -> tuple[str, int]:
     """(printable summary table plus problems, number of problems)."""
-    per_log: dict[str, list[SegmentReport]] = {}
+    per_log: dict[str, list[LogReport]] = {}
     for r in reports:
         per_log.setdefault(r.log, []).append(r)
     rows = []
@@ -305,7 +231,7 @@ def summarise(reports: list[SegmentReport]) -> tuple[str, int]:
         rows.append(
             [
                 name,
-                str(len(rs)),
+                str(sum(r.segments for r in rs)),
                 str(sum(r.batches for r in rs)),
                 str(sum(r.records for r in rs)),
                 str(sum(r.bytes for r in rs)),
@@ -324,26 +250,36 @@ def summarise(reports: list[SegmentReport]) -> tuple[str, int]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """One Spark task per segment; summary table; exit 1 on any problem."""
-    files = segment_files(args.paths)
-    if not files:
+    """One Spark task per log, each running the engine verifier; summary table; exit 1 on any problem."""
+    from seglogfs.verify import find_segments
+
+    for raw in args.paths:
+        if not Path(raw).exists():
+            raise FileNotFoundError(f"no such file or directory: {raw}")
+    groups, bad_paths = find_segments(args.paths)
+    if not groups:
         print("no segments found under " + " ".join(args.paths), file=sys.stderr)
         return 1
     spark, owned = make_session(args.master, "seglogfs-verify")
     try:
         sc = spark.sparkContext
-        slices = args.parallelism or min(len(files), max(sc.defaultParallelism * 4, 1))
+        work = [[str(p) for p in group] for group in groups]
+        slices = args.parallelism or min(len(work), max(sc.defaultParallelism * 4, 1))
         with Progress(spark, "verify"):
-            reports = sc.parallelize(files, slices).map(lambda f: asdict(verify_segment(f))).collect()
+            reports = sc.parallelize(work, slices).map(verify_log).collect()
     finally:
         if owned:
             spark.stop()
-    parsed = [SegmentReport(**r) for r in reports]
+    parsed = [LogReport(**r) for r in reports]
     text, problems = summarise(parsed)
     print(text)
+    for problem in bad_paths:
+        print(f"  {problem}")
+    problems += len(bad_paths)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in parsed], indent=1))
-    print(f"\n{len(files)} segments checked, {problems} problem(s)")
+    segments = sum(r.segments for r in parsed)
+    print(f"\n{segments} segments checked in {len(parsed)} log(s), {problems} problem(s)")
     return 1 if problems else 0
 
 

@@ -26,7 +26,7 @@ Offsets JSON: ``{"<topic>": {"<partition>": n}}`` or ``{"<log name>": n}``; -2 =
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -96,8 +96,8 @@ class SeglogReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from .planning import plan_batch
 
-        plan = plan_batch(_path(self.options), self.options, self.opts)
-        return list(prune(plan.tasks, self.offset_bounds))
+        # Pushed-down offset bounds narrow each log's range before it is cut into tasks.
+        return list(plan_batch(_path(self.options), self.options, self.opts, self.offset_bounds).tasks)
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, SegmentSlice):
@@ -105,28 +105,6 @@ class SeglogReader(DataSourceReader):
         return read_slice(
             partition, self.opts.include_headers, self.opts.fail_on_data_loss, self.opts.max_batch_rows
         )
-
-
-def prune(tasks: Sequence[SegmentSlice], bounds: tuple[int | None, int | None]) -> Iterator[SegmentSlice]:
-    """Tasks narrowed to offsets ``[lo, hi)`` (from pushed-down filters); empty ones dropped."""
-    lo, hi = bounds
-    for task in tasks:
-        start = task.start_offset if lo is None else max(task.start_offset, lo)
-        end = task.end_offset if hi is None else min(task.end_offset, hi)
-        if start < end:
-            yield task if (start, end) == (task.start_offset, task.end_offset) else _narrow(task, start, end)
-
-
-def _narrow(task: SegmentSlice, start: int, end: int) -> SegmentSlice:
-    from dataclasses import replace
-
-    from .planning import SegmentRef, _index_entries, _position_for
-
-    position = task.position
-    if start > task.start_offset:
-        seg = SegmentRef(task.base_offset, task.log_path, task.end_position, task.end_offset)
-        position = max(position, _position_for(*_index_entries(seg), start))
-    return replace(task, position=position, start_offset=start, end_offset=end)
 
 
 class SeglogPushdownReader(SeglogReader):

@@ -27,6 +27,7 @@ from .options import EARLIEST, LATEST, OptionError, ReadOptions, parse_offsets
 from .planning import (
     log_names_by_topic,
     offset_for_timestamp,
+    open_logs,
     select_log_dirs,
     slices_for_range,
     snapshot_all,
@@ -75,17 +76,18 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         dirs = select_log_dirs(self.path, self.opts)
         spec = parse_offsets(self.options, "startingoffsets", LATEST, log_names_by_topic(dirs))
         offsets = {}
-        for ref in snapshot_all(dirs):
-            if self.opts.starting_timestamp is not None:
-                found = offset_for_timestamp(ref, self.opts.starting_timestamp)
-                offsets[ref.name] = ref.end_offset if found is None else found
-                continue
-            value = spec.for_log(ref.name)
-            if value == EARLIEST:
-                value = ref.start_offset
-            elif value == LATEST:
-                value = ref.end_offset
-            offsets[ref.name] = value
+        with open_logs(dirs) as logs:
+            for lg in logs:
+                if self.opts.starting_timestamp is not None:
+                    found = offset_for_timestamp(lg, self.opts.starting_timestamp)
+                    offsets[lg.name] = lg.end_offset if found is None else found
+                    continue
+                value = spec.for_log(lg.name)
+                if value == EARLIEST:
+                    value = lg.start_offset
+                elif value == LATEST:
+                    value = lg.end_offset
+                offsets[lg.name] = value
         return offsets
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -126,27 +128,29 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         tasks: list[SegmentSlice] = []
         dirs = [d for d in select_log_dirs(self.path, self.opts) if d.name in end]
-        for ref in snapshot_all(dirs):
-            name = ref.name
-            lo = start.get(name, ref.start_offset)
-            hi = end[name]
-            if lo >= hi:
-                continue
-            if lo < ref.start_offset:
-                report_data_loss(
-                    f"log {name}: offsets {lo}..{min(hi, ref.start_offset) - 1} were removed (log start is "
-                    f"now {ref.start_offset})",
-                    self.opts.fail_on_data_loss,
-                )
-                lo = ref.start_offset
-            if hi > ref.end_offset:
-                report_data_loss(
-                    f"log {name}: offsets up to {hi} were planned but the log now ends at {ref.end_offset}",
-                    self.opts.fail_on_data_loss,
-                )
-                hi = ref.end_offset
-            tasks.extend(slices_for_range(ref, lo, hi))
-        return list(split_for_min_partitions(tasks, self.opts.min_partitions))
+        with open_logs(dirs) as logs:
+            for lg in logs:
+                name = lg.name
+                log_start, log_end = lg.start_offset, lg.end_offset
+                lo = start.get(name, log_start)
+                hi = end[name]
+                if lo >= hi:
+                    continue
+                if lo < log_start:
+                    report_data_loss(
+                        f"log {name}: offsets {lo}..{min(hi, log_start) - 1} were removed (log start is "
+                        f"now {log_start})",
+                        self.opts.fail_on_data_loss,
+                    )
+                    lo = log_start
+                if hi > log_end:
+                    report_data_loss(
+                        f"log {name}: offsets up to {hi} were planned but the log now ends at {log_end}",
+                        self.opts.fail_on_data_loss,
+                    )
+                    hi = log_end
+                tasks.extend(slices_for_range(lg, lo, hi))
+            return list(split_for_min_partitions(logs, tasks, self.opts.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, SegmentSlice):
