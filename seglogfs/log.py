@@ -48,7 +48,6 @@ from .records import (
     decode_record,
     encode_batch,
     encode_values,
-    iter_batch_headers,
     record_bounds,
     validate_batch,
 )
@@ -58,6 +57,7 @@ from .segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
     base_offset_from_name,
+    next_offset_of_file,
     random_roll_jitter,
 )
 
@@ -222,9 +222,7 @@ class Log:
     def _complete_swap(self, swap_log: Path) -> None:
         """A valid .swap replaces the segments it covers: [swap base, swap next offset)."""
         swap_base = base_offset_from_name(swap_log.name)
-        data = swap_log.read_bytes()
-        headers = list(iter_batch_headers(data, path=swap_log))
-        swap_end = headers[-1].next_offset if headers else swap_base
+        swap_end = next_offset_of_file(swap_log, swap_base)
         for path in list(self.dir.iterdir()):
             stem, _, suffix = path.name.partition(".")
             if stem.isdigit() and "." + suffix in _SEGMENT_SUFFIXES and swap_base <= int(stem) < swap_end:

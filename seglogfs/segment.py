@@ -249,15 +249,9 @@ class LogSegment:
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
         end = self.size if end is None else end
-        if position + 17 > end:
+        if position + 17 > end:  # before touching the file: an empty reader's .log may not exist
             return None
-        head = os.pread(self._fd, V2_HEADER_SIZE, position)
-        # Parse just the header; whether the whole batch fits is checked against ``end`` below.
-        padded = head + b"\0" * (V2_HEADER_SIZE - len(head))
-        header = read_batch_header(padded, 0, _NO_LIMIT, path=self.log_path, base_position=position)
-        if header is None or position + header.size > end:
-            return None
-        return header
+        return pread_header(self._fd, position, end, self.log_path)
 
     def find_batch(self, offset: int, start_position: int | None = None) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None."""
@@ -419,6 +413,35 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({str(self.log_path)!r}, size={self.size})"
+
+
+def pread_header(fd: int, position: int, end: int, path: Path) -> BatchHeader | None:
+    """The header of the batch at ``position`` of an open .log, or None when no complete batch
+    ends by ``end`` (a torn tail). One small read: the batch body is not touched."""
+    if position + 17 > end:
+        return None
+    head = os.pread(fd, V2_HEADER_SIZE, position)
+    # Parse just the header; whether the whole batch fits is checked against ``end`` below.
+    padded = head + b"\0" * (V2_HEADER_SIZE - len(head))
+    header = read_batch_header(padded, 0, _NO_LIMIT, path=path, base_position=position)
+    if header is None or position + header.size > end:
+        return None
+    return header
+
+
+def next_offset_of_file(path: Path, base_offset: int) -> int:
+    """The offset after the last complete batch of a .log file (``base_offset`` when it has none),
+    from its batch headers alone: one small read a batch, never the whole file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        end = os.fstat(fd).st_size
+        position, next_offset = 0, base_offset
+        while (header := pread_header(fd, position, end, path)) is not None:
+            next_offset = header.next_offset
+            position += header.size
+        return next_offset
+    finally:
+        os.close(fd)
 
 
 def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:

@@ -409,3 +409,16 @@ def test_reader_ignores_index_entries_past_the_size_it_saw(tmp_path):
     assert reader.find_batch(4).last_offset == 4 and reader.find_batch(5) is None
     reader.close()
     writer.close()
+
+
+def test_segment_jitter_shortens_the_roll_age_per_segment(tmp_path):
+    clock = ManualClock()
+    log = open_log(tmp_path / "t", config(segment_ms=10_000, segment_jitter_ms=4_000), clock=clock)
+    jitter = log.active_segment.roll_jitter_ms
+    assert 0 <= jitter < 4_000  # Kafka: a random value below min(jitter, segment.ms), fixed per segment
+    log.append([ProducerRecord(b"a", timestamp=clock.ms)])
+    log.append([ProducerRecord(b"b", timestamp=clock.ms + 10_000 - jitter)])
+    assert len(log.segments) == 1
+    log.append([ProducerRecord(b"c", timestamp=clock.ms + 10_000 - jitter + 1)])
+    assert len(log.segments) == 2
+    log.close()

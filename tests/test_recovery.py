@@ -11,6 +11,7 @@ from engine_helpers import config, open_log, segment_files
 from seglogfs.checkpoint import CLEAN_SHUTDOWN_FILE
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
+from seglogfs.records import ProducerRecord
 from seglogfs.segment import LogSegment
 
 CFG = config(segment_bytes=2000, index_interval_bytes=100)
@@ -198,3 +199,41 @@ def test_zero_filled_log_tail_after_power_loss(tmp_path):
     recovered = Log.open(copy, CFG)
     assert values_of(recovered) == values
     recovered.close()
+
+
+def test_corrupt_checkpoint_counts_as_empty_and_recovers_everything(tmp_path, caplog):
+    manager = LogManager(tmp_path / "d", CFG)
+    values = fill(manager.create_log("e-0"), 30)
+    manager.get("e-0").flush()
+    manager.checkpoint()
+    copy = tmp_path / "crash"
+    shutil.copytree(tmp_path / "d", copy, ignore=shutil.ignore_patterns(".seglogfs.lock"))
+    manager.close()
+    (copy / "recovery-point-offset-checkpoint").write_text("0\n5\ne 0 12\n")  # count says 5, one line
+    reopened = LogManager(copy, CFG)
+    assert "recovery-point-offset-checkpoint" in caplog.text  # the warning names the file
+    assert values_of(reopened.get("e-0")) == values
+    reopened.close()
+
+
+def test_swap_replaces_exactly_the_segments_it_covers(tmp_path):
+    log = open_log(tmp_path / "t", CFG)
+    fill(log, 40)
+    first, second, third = log.segments[:3]
+    log.close()
+    d = tmp_path / "t"
+    # A compaction of the first two segments into one (.cleaned -> .swap, as Kafka's cleaner leaves
+    # it after a crash between steps 3 and 5): the swap holds the records of both, rewritten.
+    rewritten = open_log(tmp_path / "scratch", config(segment_bytes=10**6))
+    for record in Log.open(d, CFG, read_only=True).iter_records(0, third.base_offset):
+        rewritten.append([ProducerRecord(record.value.upper(), timestamp=record.timestamp)])
+    rewritten.close()
+    swap = (tmp_path / "scratch" / first.log_path.name).read_bytes()
+    (d / (first.log_path.name + ".swap")).write_bytes(swap)
+    reopened = Log.open(d, CFG)
+    assert [s.base_offset for s in reopened.segments][:2] == [0, third.base_offset]
+    values = values_of(reopened)
+    assert all(v == v.upper() for v in values[: third.base_offset])
+    assert all(v != v.upper() for v in values[third.base_offset :])
+    assert not (d / second.log_path.name).exists()
+    reopened.close()
