@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import resource
 import sys
 
 import seglogfs.fs  # noqa: F401  (selects libfuse3 before mfusepy is imported)
@@ -17,6 +18,17 @@ def _setup_logging(level: str) -> None:
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
         "%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt, stream=sys.stderr)
+
+
+def _raise_open_files_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: every segment in use holds its .log and two
+    index files open (Kafka's operators raise this limit too; the systemd unit sets LimitNOFILE)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            logging.getLogger("seglogd").warning("cannot raise the open-files limit from %d: %s", soft, exc)
 
 
 def _tune_malloc() -> None:
@@ -49,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _tune_malloc()
     _setup_logging(args.log_level)
+    _raise_open_files_limit()
 
     from seglogd.service import Daemon
 

@@ -148,7 +148,7 @@ class Log:
             raise
         return log_obj
 
-    def _new_segment(self, base_offset: int, *, writable: bool | None = None) -> LogSegment:
+    def _new_segment(self, base_offset: int) -> LogSegment:
         cfg = self.config
         return LogSegment(
             self.dir,
@@ -156,7 +156,7 @@ class Log:
             index_interval_bytes=cfg.index_interval_bytes,
             max_index_size=cfg.segment_index_bytes,
             roll_jitter_ms=random_roll_jitter(cfg.segment_jitter_ms, cfg.segment_ms),
-            writable=(not self.read_only) if writable is None else writable,
+            writable=not self.read_only,
             created_ms=_now_ms(self._clock),
         )
 
@@ -178,6 +178,8 @@ class Log:
             )
             for segment in segments[:first_to_recover]:
                 self._check_indexes(segment)
+                if segment is not segments[-1]:
+                    segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
             if first_to_recover < len(segments):
                 segments = self._recover_segments(segments, first_to_recover)
         if not segments:

@@ -143,6 +143,14 @@ class LogSegment:
             return _EmptyIndex(cls is OffsetIndex, self.base_offset)
         return index
 
+    def release_indexes(self) -> None:
+        """Close the indexes until they are next used (a sealed segment need not hold them open)."""
+        with self._lock:
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.close()
+            self._offset_index = self._time_index = None
+
     def sanity_check_indexes(self) -> None:
         """Raise CorruptIndexError when either index fails Kafka's sanity check, or holds zero-filled
         entries (which Kafka's check lets through since 2.1: a zeroed time index would make the
@@ -394,9 +402,7 @@ class LogSegment:
         """Close the files; a writable segment first records its final time entry and trims its indexes."""
         if self.writable and trim:
             self.on_become_inactive()
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.close()
+        self.release_indexes()
         if self._fd_value >= 0:
             os.close(self._fd_value)
             self._fd_value = -1

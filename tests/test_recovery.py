@@ -237,3 +237,17 @@ def test_swap_replaces_exactly_the_segments_it_covers(tmp_path):
     assert all(v != v.upper() for v in values[third.base_offset :])
     assert not (d / second.log_path.name).exists()
     reopened.close()
+
+
+def test_clean_open_of_many_segments_holds_few_file_descriptors(tmp_path):
+    cfg = config(segment_bytes=300)
+    manager = LogManager(tmp_path / "d", cfg)
+    log = manager.create_log("many-0")
+    while len(log.segments) < 300:
+        log.append_values([b"x" * 200])
+    manager.close()
+    before = len(os.listdir("/proc/self/fd"))
+    manager = LogManager(tmp_path / "d", cfg)
+    assert len(os.listdir("/proc/self/fd")) - before < 10  # not 3 a segment: sealed files open lazily
+    assert manager.get("many-0").read(123).value == b"x" * 200
+    manager.close()
