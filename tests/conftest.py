@@ -1,6 +1,16 @@
-"""Shared pytest setup: make tests/ importable for the helper modules."""
+"""Shared pytest setup: tests/ importable for the helper modules; the FUSE availability check."""
 
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def fuse_available() -> None:
+    """Fails the mounting tests on a machine without /dev/fuse or fusermount3."""
+    from mount_fixture import require_fuse
+
+    require_fuse()

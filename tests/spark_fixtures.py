@@ -40,8 +40,6 @@ def build_session(master: str = "local[2]"):  # -> pyspark.sql.SparkSession
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     """The shared SparkSession with the ``seglog`` source registered."""
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
     import seglogfs.spark
 
     session = build_session()

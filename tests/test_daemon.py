@@ -163,7 +163,6 @@ def _tree_digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.skipif(not KAFKA_DATA.exists(), reason="needs shared/testdata")
 def test_read_only_mount_of_a_real_kafka_data_dir(seglogd, tmp_path: Path) -> None:  # noqa: F811
     copy = tmp_path / "kafka-data"
     shutil.copytree(KAFKA_DATA, copy)

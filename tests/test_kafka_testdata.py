@@ -39,7 +39,6 @@ CONSUMER_OFFSETS = "__consumer_offsets-15"
 METADATA = "__cluster_metadata-0"
 NON_EMPTY = [CONSUMER_OFFSETS, METADATA]
 
-pytestmark = pytest.mark.skipif(not TESTDATA.is_dir(), reason="shared test data not present")
 
 
 # =============================================================================== helpers

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
 pytest.register_assert_rewrite("spark_fixtures")
 
 from mount_fixture import fuse_required, make_seglogd  # noqa: E402

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
 pytest.register_assert_rewrite("spark_fixtures")
 
 from spark_fixtures import CODECS, append_records, engine_rows, make_log, source_rows  # noqa: E402
+from testdata import KAFKA_LOG_DIR  # noqa: E402
 
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log import Log  # noqa: E402
@@ -26,7 +25,7 @@ from seglogfs.spark.options import OptionError, ReadOptions, parse_offsets  # no
 from seglogfs.spark.scan import DataLossError  # noqa: E402
 from seglogfs.spark.schema import arrow_schema  # noqa: E402
 
-KAFKA_DIR = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+KAFKA_DIR = KAFKA_LOG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +39,6 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def kafka_copy(tmp_path) -> Path:
-    if not KAFKA_DIR.is_dir():
-        pytest.skip("no Kafka test data")
     dest = tmp_path / "kafka"
     shutil.copytree(KAFKA_DIR, dest)
     for p in dest.rglob("*"):

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
 pytest.register_assert_rewrite("spark_fixtures")
 
 from spark_fixtures import CODECS, append_records, engine_rows, make_log, row_tuple  # noqa: E402
+from testdata import KAFKA_LOG_DIR  # noqa: E402
 
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log import Log  # noqa: E402
@@ -21,7 +20,7 @@ from seglogfs.log import Log  # noqa: E402
 pytestmark = pytest.mark.spark
 pytest_plugins = ["spark_fixtures"]
 
-KAFKA_DIR = Path("/work/shared/testdata/kafka-4-kraft-logdir")
+KAFKA_DIR = KAFKA_LOG_DIR
 KAFKA_SCHEMA = (
     "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
     "timestampType:int,headers:array<struct<key:string,value:binary>>>"
