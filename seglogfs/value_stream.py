@@ -13,7 +13,6 @@ shorter, as after a truncation - ``tail -f`` says so and carries on).
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 import threading
 from collections import OrderedDict
@@ -90,7 +89,7 @@ class ValueStream:
         for _segment, header, data in self.log.iter_batches(seg.next_offset, end):
             if header.next_offset <= seg.next_offset:
                 continue
-            nbytes = batch_value_bytes(data, dataclasses.replace(header, position=0), seg.path)
+            nbytes = batch_value_bytes(data, header.at(0), seg.path)
             if table:
                 seg.positions.append(header.position)
                 seg.sizes.append(header.size)
