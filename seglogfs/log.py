@@ -48,6 +48,7 @@ from .records import (
     decode_record,
     encode_batch,
     encode_values,
+    first_record_stamp,
     record_bounds,
     validate_batch,
 )
@@ -691,6 +692,13 @@ class Log:
         for batch in segment.iter_headers(header.position):
             if batch.max_timestamp < timestamp_ms or batch.is_control:
                 continue
+            if batch.magic >= 2 and batch.compression == Compression.NONE:
+                # Often the batch's first record already qualifies (always so for a batch whose
+                # records share one timestamp): a 32-byte read answers without decoding the batch.
+                # Like Kafka's search, this reads no CRC; reading the record itself checks it.
+                first = first_record_stamp(segment.read(batch.position + V2_HEADER_SIZE, 32), batch)
+                if first is not None and first[1] >= timestamp_ms and first[0] >= self._start_offset:
+                    return first[0]
             columns = self._columns(segment, batch)
             hits = np.flatnonzero(
                 (columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset)

@@ -38,6 +38,7 @@ __all__ = [
     "decode_record",
     "encode_batch",
     "encode_values",
+    "first_record_stamp",
     "gather_slices",
     "iter_batch_headers",
     "read_batch_header",
@@ -824,6 +825,22 @@ def decode_record(data: bytes, header: BatchHeader, *, path: str | Path | None =
     else:
         timestamp = header.base_timestamp + ts_delta
     return Record(header.base_offset + offset_delta, timestamp, header.timestamp_type, key, value, headers)
+
+
+def first_record_stamp(prefix: bytes, header: BatchHeader) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of a v2 batch, from the bytes that follow its header
+    (32 are enough); None for a batch with no record, or when ``prefix`` does not parse."""
+    if header.records_count <= 0:
+        return None
+    try:
+        _length, pos = _read_varint(prefix, 0, len(prefix))
+        ts_delta, pos = _read_varint(prefix, pos + 1, len(prefix))  # + 1: the attributes byte
+        offset_delta, _ = _read_varint(prefix, pos, len(prefix))
+    except (ValueError, IndexError):
+        return None
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        return header.base_offset + offset_delta, header.max_timestamp
+    return header.base_offset + offset_delta, header.base_timestamp + ts_delta
 
 
 def _varint_bytes(body: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
