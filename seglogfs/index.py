@@ -47,6 +47,7 @@ __all__ = [
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes / log.index.size.max.bytes
 WARM_SECTION_BYTES = 8192  # Kafka: 8 KiB, at most 3 pages touched per in-sync lookup
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_ENTRY = struct.Struct(">ii")  # one offset-index entry: relative offset, position
 
 
 class InvalidIndexAppendError(SeglogError, ValueError):
@@ -443,19 +444,21 @@ class OffsetIndex(AbstractIndex):
         or before it, it holds the target and a reader needs no scan from the lower entry.
         """
         target = min(max(target_offset - self.base_offset, _INT32_MIN), _INT32_MAX)
+        base = self.base_offset
         with self._lock:
             slot = self._largest_lower_bound(self._keys, target)
-            lower = (
-                (self.base_offset, 0)
-                if slot == -1
-                else (self.base_offset + int(self._keys[slot]), int(self._values[slot]))
-            )
-            if slot >= 0 and int(self._keys[slot]) == target:
-                return lower, lower
-            upper_slot = slot + 1
-            if upper_slot >= self._entries:
+            # Both entries straight from the bytes: cheaper than numpy scalar conversions.
+            if slot == -1:
+                lower = (base, 0)
+            else:
+                rel, pos = _ENTRY.unpack_from(self._arr, slot * 8)
+                lower = (base + rel, pos)
+                if rel == target:
+                    return lower, lower
+            if slot + 1 >= self._entries:
                 return lower, None
-            return lower, (self.base_offset + int(self._keys[upper_slot]), int(self._values[upper_slot]))
+            rel, pos = _ENTRY.unpack_from(self._arr, (slot + 1) * 8)
+            return lower, (base + rel, pos)
 
     def fetch_upper_bound_offset(self, position: int, fetch_size: int) -> tuple[int, int] | None:
         """The first entry whose position is >= position + fetch_size, or None (Kafka's
