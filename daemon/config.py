@@ -4,7 +4,7 @@
 data_dir: ./var/data
 mount_point: ./var/mnt
 read_only: false
-fuse: {allow_other: false}
+fuse: {allow_other: false, owner: seglog, group: kafka, read: everyone, write: group}
 defaults: {segment.bytes: 1GiB, retention.ms: 7d}   # Kafka topic-config and broker-level names
 logs:
   events-0: {}
@@ -16,22 +16,32 @@ config file's directory: the embedded default (``config/seglogfs.yaml``) is mean
 checkout with everything under ``./var/``. Services should use absolute paths (or set
 ``WorkingDirectory=``). ``~`` is expanded.
 
+``fuse:`` says who reaches the mount and what they may do there (the kernel enforces the modes):
+``allow_other`` lets users other than the daemon's in at all; ``owner`` and ``group`` (a name or numeric
+id; the defaults are the daemon's user and, for a named owner, that user's primary group) own every
+path; ``read`` and ``write`` are each ``owner``, ``group`` or ``everyone``: who may list and read,
+and who may append and ``mkdir`` a log (by default everyone reads, the owner writes).
+
 Every problem is a ``ConfigError`` whose key is the dotted path in the file (``logs.audit-0.retention.ms``)
 and whose reason ends with ``(<file>, line N)``; YAML syntax errors give the line and column.
+YAML anchors and aliases work (``b-0: *common``, ``<<: *common``) as long as the document expands to at
+most ``MAX_EXPANDED_NODES`` nodes: an alias bomb is refused at once, naming the line where it crosses.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from seglogfs.checkpoint import validate_log_name
+from seglogfs.checkpoint import check_new_log_name, parse_log_dir_name
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError, InvalidLogNameError
+from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
 
@@ -39,7 +49,8 @@ __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "seglogfs.yaml"
 
 _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs")
-_FUSE_KEYS = ("allow_other",)
+_FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
+_SCOPES = ", ".join(scope.value for scope in Scope)
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,58 @@ class DaemonConfig:
     logs: dict[str, LogConfig] = field(default_factory=dict)
     log_overrides: dict[str, dict] = field(default_factory=dict)
     source: Path = DEFAULT_CONFIG_PATH
+    access: Access = field(default_factory=Access.of_process)  # the `fuse:` owner, group and modes
 
     def log_config(self, name: str) -> LogConfig:
         """The config of log ``name``: its own if configured, else the defaults."""
         return self.logs.get(name, self.defaults)
+
+
+# A real config has hundreds of nodes; aliases can make a few lines expand to billions (the "billion
+# laughs" bomb), which every walk over the document would then pay for, at start and on each reload.
+MAX_EXPANDED_NODES = 100_000
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node, text: str, source: Path) -> None:
+    """Refuse a document whose aliases expand to more than ``MAX_EXPANDED_NODES`` nodes, or refer to
+    a node that contains them; the error names the line of the node where the limit is crossed.
+
+    Counts each distinct node once (an iterative post-order walk with memoised sizes), so the check
+    itself costs no more than the document's text.
+    """
+    sizes: dict[int, int] = {}
+    expanding: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+
+    def refuse(node: yaml.Node, reason: str) -> ConfigError:
+        line = node.start_mark.line + 1
+        lines = text.splitlines()
+        offending = lines[line - 1] if 0 < line <= len(lines) else ""
+        return ConfigError("<yaml>", offending, f"{reason} ({source}, line {line})")
+
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            expanding.discard(key)
+            size = 1 + sum(sizes[id(child)] for child in _node_children(node))
+            if size > MAX_EXPANDED_NODES:
+                raise refuse(node, f"YAML aliases expand this to more than {MAX_EXPANDED_NODES} nodes")
+            sizes[key] = size
+        elif key in expanding:
+            raise refuse(node, "a YAML alias refers to a node that contains it")
+        elif key not in sizes:
+            expanding.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _node_children(node))
 
 
 def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], source: Path) -> None:
@@ -84,6 +143,8 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
     source = Path(source)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _check_expansion(root, text, source)
         document = yaml.safe_load(text) if root is not None else None
     except yaml.MarkedYAMLError as err:
         lines = text.splitlines()
@@ -99,6 +160,8 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         ) from None
     except yaml.YAMLError as err:
         raise ConfigError("<yaml>", "", f"YAML error: {err} ({source})") from None
+    except RecursionError:  # PyYAML composes and constructs recursively
+        raise ConfigError("<yaml>", "", f"YAML nested too deeply ({source})") from None
     key_lines: dict[str, int] = {}
     if root is not None:
         _key_lines(root, "", key_lines, source)
@@ -149,6 +212,36 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
             raise fail(f"fuse.{key}", fuse[key], f"unknown setting; expected one of {', '.join(_FUSE_KEYS)}")
     allow_other = bool_setting("fuse.allow_other", fuse.get("allow_other", False))
 
+    def account_id(key: str, value: object, resolve: Callable[[str | int], Any], what: str) -> Any:
+        """A user/group given by name or id (an int, or a string of digits)."""
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise fail(key, value, f"expected a {what} name or numeric id")
+        try:
+            return resolve(int(value) if isinstance(value, str) and value.isdigit() else value)
+        except KeyError:
+            raise fail(key, value, f"no such {what} on this machine") from None
+        except ValueError as err:
+            raise fail(key, value, str(err)) from None
+
+    def scope_setting(key: str, value: object) -> Scope:
+        try:
+            return Scope(value)
+        except ValueError:
+            raise fail(key, value, f"expected one of {_SCOPES}") from None
+
+    uid, gid = os.getuid(), os.getgid()
+    if "owner" in fuse:
+        uid, primary_gid = account_id("fuse.owner", fuse["owner"], resolve_user, "user")
+        gid = primary_gid if primary_gid is not None else gid
+    if "group" in fuse:
+        gid = account_id("fuse.group", fuse["group"], resolve_group, "group")
+    read = scope_setting("fuse.read", fuse.get("read", Scope.EVERYONE.value))
+    write = scope_setting("fuse.write", fuse.get("write", Scope.OWNER.value))
+    try:
+        access = Access(uid, gid, read, write)
+    except ValueError as err:
+        raise fail("fuse.write", write.value, str(err)) from None
+
     def log_config(prefix: str, mapping: Mapping, base: LogConfig | None, broker_names: bool) -> LogConfig:
         try:
             return LogConfig.from_mapping(mapping, base, broker_names=broker_names)
@@ -162,9 +255,12 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         if not isinstance(name, str):
             raise fail(f"logs.{name}", name, "YAML read this name as a number; quote it")
         try:
-            validate_log_name(name)
+            key = check_new_log_name(name)
         except InvalidLogNameError as err:
             raise fail(f"logs.{name}", name, str(err)) from None
+        taken = next((other for other in logs if parse_log_dir_name(other) == key), None)
+        if taken is not None:
+            raise fail(f"logs.{name}", name, f"topic {key[0]} partition {key[1]} is log {taken} already")
         settings = mapping_setting(f"logs.{name}", settings)
         # Per-log settings take topic-level names only, as Kafka's topic configs do.
         logs[name] = log_config(f"logs.{name}", settings, defaults, False)
@@ -174,6 +270,7 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         mount_point=mount_point,
         read_only=read_only,
         allow_other=allow_other,
+        access=access,
         defaults=defaults,
         logs=logs,
         log_overrides=overrides,

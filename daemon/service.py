@@ -16,7 +16,15 @@ from typing import Any
 from seglogd.config import load_config
 from seglogd.notify import Notifier, watchdog_interval
 from seglogfs.errors import ConfigError, SeglogError
-from seglogfs.fs.mount import clear_stale_mount, fuse_library, is_mounted, run_mount, unmount
+from seglogfs.faults import PersistentFault
+from seglogfs.fs.mount import (
+    clear_stale_mount,
+    fuse_library,
+    is_mounted,
+    mount_fstype,
+    run_mount,
+    unmount,
+)
 from seglogfs.fs.operations import SeglogOperations
 from seglogfs.log_manager import LogManager
 
@@ -72,7 +80,8 @@ class Daemon:
             self.manager = LogManager(data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only)
             if not cfg.read_only:
                 for name, log_config in cfg.logs.items():
-                    self.manager.create_log(name, log_config)
+                    if name not in self.manager.offline:  # logged as offline already; serve the rest
+                        self.manager.create_log(name, log_config)
             log.info("opened %d log(s) in %s in %.2f s", len(self.manager.logs), data_dir,
                      time.monotonic() - started)
         except (SeglogError, OSError) as exc:
@@ -80,7 +89,8 @@ class Daemon:
             self._close_manager()
             return 1
 
-        self.ops = SeglogOperations(self.manager, read_only=cfg.read_only, on_init=self._on_init)
+        self.ops = SeglogOperations(self.manager, read_only=cfg.read_only, access=cfg.access,
+                                    on_init=self._on_init)
         self._install_sighup()
         self.notifier.status(f"mounting {self.mount_point}")
         code = 0
@@ -99,8 +109,9 @@ class Daemon:
         self.notifier.status("stopping: flushing logs")
         self._stop.set()
         self._shutdown_threads()
-        self._close_manager()
-        log.info("stopped")
+        if not self._close_manager():
+            code = code or 1
+        log.info("stopped" if code == 0 else f"stopped (exit code {code})")
         return code
 
     _was_mounted = False
@@ -109,18 +120,26 @@ class Daemon:
         assert self.mount_point is not None
         if clear_stale_mount(self.mount_point):
             log.info("cleared the stale mount on %s", self.mount_point)
-        if is_mounted(self.mount_point):
-            raise OSError(f"{self.mount_point} is already mounted (another seglogd?)")
+        fstype = mount_fstype(self.mount_point)
+        if fstype is not None:
+            raise OSError(f"{self.mount_point} is already mounted ({fstype}; another seglogd?)")
         self.mount_point.mkdir(parents=True, exist_ok=True)
 
-    def _close_manager(self) -> None:
-        if self.manager is None:
-            return
+    def _close_manager(self) -> bool:
+        """Close every log (flush, trim indexes, checkpoints, clean-shutdown marker); False when some
+        could not be closed cleanly (the next start recovers them)."""
+        manager, self.manager = self.manager, None
+        if manager is None:
+            return True
         try:
-            self.manager.close()  # flush, trim indexes, checkpoints, clean-shutdown marker
+            manager.close()
+        except (SeglogError, OSError) as exc:
+            log.error("cannot shut down cleanly: %s", exc)
+            return False
         except Exception:
             log.exception("closing the logs failed")
-        self.manager = None
+            return False
+        return True
 
     # ------------------------------------------------------------------ after the mount is up
     def _on_init(self, conn: Any, config: Any) -> None:
@@ -175,23 +194,29 @@ class Daemon:
         print("\n".join(lines), file=sys.stderr, flush=True)
 
     def _maintenance_loop(self) -> None:
+        fault = PersistentFault("maintenance (retention, flush.ms, checkpoints)", log)
         while not self._stop.wait(MAINTENANCE_INTERVAL_S):
             manager = self.manager
             if manager is None:
                 return
             try:
                 manager.maintain()
-            except Exception:
-                log.exception("maintenance failed")
+            except Exception as exc:  # a full or read-only disk stops no serving
+                fault.failed(exc)
+            else:
+                fault.succeeded()
 
     def _watchdog_loop(self, interval: float) -> None:
         assert self.mount_point is not None
+        fault = PersistentFault(f"watchdog: the mount on {self.mount_point}", log)
         while not self._stop.is_set():
             try:
-                os.stat(self.mount_point)  # ping only while the mount answers
+                os.statvfs(self.mount_point)  # ping only while the mount answers (statfs is never cached)
                 self.notifier.watchdog()
             except OSError as exc:
-                log.error("watchdog: the mount does not answer: %s", exc)
+                fault.failed(exc)
+            else:
+                fault.succeeded()
             if self._stop.wait(interval):
                 return
 
@@ -271,14 +296,14 @@ class Daemon:
         old, manager = self.config, self.manager
         if manager is None:
             return False
-        for attr in ("data_dir", "mount_point", "read_only", "allow_other"):
+        for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access"):
             if getattr(new, attr, None) != getattr(old, attr, None):
                 log.warning("config reload: %s changed; it takes effect at the next start", attr)
         try:
             manager.update_configs(new.defaults, dict(new.logs))
             if not old.read_only:
                 for name, log_config in new.logs.items():
-                    if name not in manager.logs:
+                    if name not in manager.logs and name not in manager.offline:
                         manager.create_log(name, log_config)
         except (SeglogError, OSError) as exc:
             log.error("config reload failed, keeping the running config: %s", exc)

@@ -35,6 +35,7 @@ __all__ = [
     "REPLICATION_OFFSET_CHECKPOINT",
     "CorruptCheckpointError",
     "atomic_write",
+    "check_new_log_name",
     "clean_shutdown_marker_exists",
     "fsync_dir",
     "is_kafka_special_dir",
@@ -45,6 +46,7 @@ __all__ = [
     "read_offset_checkpoint",
     "read_partition_metadata",
     "remove_clean_shutdown_marker",
+    "shared_topic_partitions",
     "validate_log_name",
     "write_clean_shutdown_marker",
     "write_empty_producer_snapshot",
@@ -337,6 +339,39 @@ def parse_log_dir_name(name: str) -> tuple[str, int]:
     if dash and topic and suffix.isdigit() and int(suffix) <= _INT32[1]:
         return topic, int(suffix)
     return name, 0
+
+
+def check_new_log_name(name: object) -> tuple[str, int]:
+    """``(topic, partition)`` of a name a new log may take, else ``InvalidLogNameError``.
+
+    Beyond :func:`validate_log_name`, the name must be the one spelling of its topic-partition that
+    Kafka itself would write: a ``-<digits>`` suffix is a partition in [0, 2^31) without leading
+    zeros after a non-empty topic (``x-00``, ``x-007``, ``-5`` and ``t-2147483648`` are refused), and it
+    is not one of Kafka's ``-delete``/``-future``/``-stray`` directory names. Whether the
+    topic-partition is already taken by another name (``c`` beside ``c-0``) is the caller's check.
+    """
+    validate_log_name(name)
+    assert isinstance(name, str)
+    if is_kafka_special_dir(name):
+        raise InvalidLogNameError(f"log name {name!r} is a Kafka -delete/-future/-stray directory name")
+    topic, dash, suffix = name.rpartition("-")
+    if dash and suffix.isdigit() and (not topic or str(int(suffix)) != suffix or int(suffix) > _INT32[1]):
+        raise InvalidLogNameError(
+            f"log name {name!r} is not canonical: write the partition after the last '-' as a number "
+            f"in [0, 2147483647] without leading zeros, after a non-empty topic"
+        )
+    return parse_log_dir_name(name)
+
+
+def shared_topic_partitions(names: Iterable[str]) -> dict[tuple[str, int], list[str]]:
+    """The topic-partitions that two or more of ``names`` map to, each with those names (sorted).
+
+    Such logs would share one line of every data-dir checkpoint (``c`` and ``c-0``, ``x-00`` and ``x-0``).
+    """
+    by_key: dict[tuple[str, int], list[str]] = {}
+    for name in sorted(names):
+        by_key.setdefault(parse_log_dir_name(name), []).append(name)
+    return {key: found for key, found in by_key.items() if len(found) > 1}
 
 
 def is_kafka_special_dir(name: str) -> bool:

@@ -38,9 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify",
         help="check every batch CRC and index entry",
-        description="Check data dirs, log dirs or segment files; exit 0 only when everything is sound.",
+        description="Check data dirs, log dirs or segment files. Damage (records unreadable, offsets or "
+        "index entries wrong, a log without its .log files) exits 1; conditions that recovery repairs "
+        "without loss (missing or untrimmed indexes) are printed as notes and exit 0.",
     )
     verify.add_argument("paths", nargs="+", metavar="PATH")
+    verify.add_argument("--strict", action="store_true", help="exit 1 on notes too")
 
     sub.add_parser("spark", help="Spark pipeline jobs (seglogfs spark --help)", add_help=False)
     return parser
@@ -76,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return dump_files(files, options, sys.stdout, sys.stderr)
         from .verify import main as verify_main
 
-        return verify_main(args.paths, sys.stdout, sys.stderr)
+        return verify_main(args.paths, sys.stdout, sys.stderr, strict=args.strict)
     except BrokenPipeError:  # `seglogfs dump ... | head`
         sys.stderr.close()
         return 141

@@ -16,10 +16,11 @@ Values may be plain integers or strings with a unit:
 
 A decimal point is allowed when the result is a whole number (``1.5h``, ``0.5GiB``).
 
-Ranges mirror Kafka's ``LogConfig`` validators (``segment.bytes`` >= 14, ``segment.index.bytes`` >= 4,
-``retention.ms`` >= -1, ...), with Kafka's int/long type limits. Kafka 4.0 raised the minimum of
-``segment.bytes`` to 1 MiB (KIP-1030); we keep the older 14 (one legacy record overhead) so that tests
-and small deployments can roll tiny segments.
+Ranges mirror Kafka's ``LogConfig`` validators (``segment.bytes`` >= 14, ``retention.ms`` >= -1, ...),
+with Kafka's int/long type limits. Kafka 4.0 raised the minimum of ``segment.bytes`` to 1 MiB
+(KIP-1030); we keep the older 14 (one legacy record overhead) so that tests and small deployments can
+roll tiny segments. ``segment.index.bytes`` must be at least 12, not Kafka's 4: each index must hold
+one entry (a 12-byte time entry, an 8-byte offset entry), or no segment can be written at all.
 
 ``segment.index.bytes`` is stored as given; each index rounds it down to a whole number of its entries
 (``effective_index_bytes``: 67 gives 64 for ``.index``, 60 for ``.timeindex``), as Kafka's
@@ -226,6 +227,7 @@ class _Field:
     minimum: int | None
     # (name, parser) in precedence order: the topic-level name first, then broker-level names.
     names: tuple[tuple[str, Callable[[object, str], object]], ...]
+    why_minimum: str = ""  # said after "must be at least N" when the minimum is not Kafka's
 
     @property
     def topic_name(self) -> str:
@@ -253,8 +255,10 @@ _FIELDS: tuple[_Field, ...] = (
     _Field(
         "segment_index_bytes",
         "int",
-        4,
+        TIME_INDEX_ENTRY_SIZE,
         (("segment.index.bytes", _size), ("log.index.size.max.bytes", _size)),
+        f"room for one {TIME_INDEX_ENTRY_SIZE}-byte .timeindex entry (and so one "
+        f"{OFFSET_INDEX_ENTRY_SIZE}-byte .index entry); Kafka accepts 4, which holds neither",
     ),
     _Field(
         "index_interval_bytes",
@@ -382,7 +386,8 @@ class LogConfig:
                 if field.minimum is not None:
                     low = field.minimum
                 if value < low:
-                    raise ConfigError(key, value, f"must be at least {low}")
+                    why = f": {field.why_minimum}" if field.why_minimum else ""
+                    raise ConfigError(key, value, f"must be at least {low}{why}")
                 if value > high:
                     raise ConfigError(key, value, f"must be at most {high}")
             elif field.kind == "str":

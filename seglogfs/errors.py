@@ -46,7 +46,14 @@ class TimestampNotFoundError(SeglogError, LookupError):
 
 
 class RecordTooLargeError(SeglogError):
-    """A batch or record larger than ``max.message.bytes``."""
+    """A batch or record larger than ``max.message.bytes``.
+
+    ``index`` is the position of the record in the call when that record alone is too large.
+    """
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
 
 
 class InvalidRecordError(SeglogError, ValueError):
@@ -75,3 +82,15 @@ class ConfigError(SeglogError, ValueError):
 
 class IndexOffsetOverflowError(SeglogError):
     """An offset does not fit as a 32-bit offset relative to its segment's base."""
+
+
+class CloseError(SeglogError):
+    """Closing a data dir failed for some logs (or its checkpoints); every other log was closed.
+
+    ``failures`` maps each log name (or ``"checkpoints"``) to its error.
+    """
+
+    def __init__(self, data_dir: object, failures: dict[str, BaseException]):
+        self.failures = failures
+        details = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
+        super().__init__(f"{data_dir}: not closed cleanly (no clean-shutdown marker): {details}")

@@ -5,6 +5,9 @@ mmap, with Kafka's rules (docs/kafka-format.md sections 2 and 3):
 
 * a new file is preallocated to ``roundDown(max_index_size, entry_size)``; an existing file is taken
   as ``floor(length / entry_size)`` entries ("assume it is valid"), zero-filled tails included;
+* unlike Kafka's sparse ``setLength``, preallocated space is allocated for real (``posix_fallocate``)
+  before anything is stored through the mapping: on a full disk a store into a hole is a SIGBUS that
+  kills the process, while an allocation fails with ENOSPC where it can be handled (the roll);
 * ``trim_to_valid_size()`` cuts the file to exactly its entries (roll, clean close);
 * lookups are a binary search restricted to the 8 KiB "warm section" at the end when the target
   lies there, so in-sync lookups keep touching the same few pages.
@@ -84,6 +87,9 @@ class AbstractIndex:
         self._warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
         self._mm: mmap.mmap | None = None
         self._closed = False
+        # Bytes of the file known to be allocated for real: a store into the mapping past them could
+        # need a block the filesystem no longer has, which is a SIGBUS, not an error (see ``reserve``).
+        self._reserved = 0
 
         if writable:
             try:
@@ -94,15 +100,20 @@ class AbstractIndex:
                 newly_created = False
             try:
                 if newly_created:
-                    if self.max_index_size < self.ENTRY_SIZE:
+                    try:
+                        if self.max_index_size < self.ENTRY_SIZE:
+                            raise ValueError(
+                                f"max_index_size {self.max_index_size} is smaller than one "
+                                f"{self.ENTRY_SIZE}-byte entry ({self._path})"
+                            )
+                        # Kafka preallocates a sparse file; we allocate it for real (ENOSPC here, on
+                        # the roll, rather than a SIGBUS at a later store into the mapping).
+                        self._reserve(fd, self._round(self.max_index_size))
+                    except BaseException:
                         os.close(fd)
                         fd = -1
-                        self._path.unlink()
-                        raise ValueError(
-                            f"max_index_size {self.max_index_size} is smaller than one "
-                            f"{self.ENTRY_SIZE}-byte entry ({self._path})"
-                        )
-                    os.ftruncate(fd, self._round(self.max_index_size))
+                        self._path.unlink(missing_ok=True)
+                        raise
                 length = os.fstat(fd).st_size
                 self._map(fd, length)
             finally:
@@ -124,6 +135,39 @@ class AbstractIndex:
 
     def _round(self, size: int) -> int:
         return size - size % self.ENTRY_SIZE
+
+    def _reserve(self, fd: int, length: int) -> None:
+        """Allocate the first ``length`` bytes of ``fd`` for real (``posix_fallocate``; the file grows
+        to at least ``length``). OSError (ENOSPC...) naming the file when the filesystem has no room."""
+        if length > 0:
+            try:
+                os.posix_fallocate(fd, 0, length)
+            except OSError as exc:
+                reason = f"{exc.strerror}: cannot reserve {length} bytes for the {self.KIND}"
+                raise OSError(exc.errno, reason, str(self._path)) from None
+        self._reserved = length
+
+    def reserve(self) -> None:
+        """Make sure every byte of the file is allocated, so no store into the mapping can fault.
+
+        A file this object created or grew already is; one found on disk may be sparse (Kafka
+        preallocates with ``setLength``), and a store into a hole of a full filesystem is a SIGBUS.
+        Raises OSError (ENOSPC...) when the filesystem cannot give the blocks.
+        """
+        self._require_writable()
+        with self._lock:
+            if self._reserved >= self._length:
+                return
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                self._reserve(fd, self._length)
+            finally:
+                os.close(fd)
+
+    def _ensure_reserved(self, end: int) -> None:
+        """Before a store into the mapping up to byte ``end``: reserve the file if that is not yet done."""
+        if end > self._reserved:
+            self.reserve()
 
     def _map(self, fd: int, length: int) -> None:
         """(Re)create the mapping and its numpy views over ``length`` bytes of ``fd``."""
@@ -237,7 +281,9 @@ class AbstractIndex:
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down to whole entries and remap.
 
-        Returns False when the length is already that. The entries in use must still fit.
+        Returns False when the length is already that. The entries in use must still fit. Growing
+        allocates the new space for real first: on ENOSPC the OSError propagates and the index is left
+        exactly as it was.
         """
         self._require_writable()
         with self._lock:
@@ -248,11 +294,18 @@ class AbstractIndex:
                 raise ValueError(
                     f"cannot resize {self._path} to {rounded} bytes: it holds {self._entries} entries"
                 )
-            self._unmap()
             fd = os.open(self._path, os.O_RDWR)
             try:
+                if rounded > self._length:
+                    try:
+                        self._reserve(fd, rounded)
+                    except OSError:
+                        os.ftruncate(fd, self._length)  # a partial allocation may have grown the file
+                        raise
+                self._unmap()
                 os.ftruncate(fd, rounded)
                 self._map(fd, rounded)
+                self._reserved = min(self._reserved, rounded)
             finally:
                 os.close(fd)
             return True
@@ -266,12 +319,14 @@ class AbstractIndex:
             self._entries = n
             self._after_entries_changed()
 
-    def reset(self) -> None:
-        """Drop every entry and grow the file back to ``max_index_size``."""
+    def reset(self, size: int | None = None) -> None:
+        """Drop every entry and size the file to ``size`` (default ``max_index_size``), all of it
+        allocated (OSError such as ENOSPC when the filesystem has no room)."""
         self._require_writable()
         with self._lock:
             self._truncate_to_entries(0)
-            self.resize(self.max_index_size)
+            self.resize(self.max_index_size if size is None else size)
+            self.reserve()
 
     def flush(self) -> None:
         """Write the mapped pages to disk (msync)."""
@@ -418,6 +473,7 @@ class OffsetIndex(AbstractIndex):
             rel = self.relative_offset(offset)
             if not 0 <= position <= _INT32_MAX:
                 raise ValueError(f"position {position} does not fit an int32 ({self._path})")
+            self._ensure_reserved((n + 1) * 8)
             assert self._mm is not None
             # Bytes first, then the count: concurrent readers only look at [0, entries).
             self._PACK(self._mm, n * 8, rel, position)
@@ -568,6 +624,7 @@ class TimeIndex(AbstractIndex):
                         f"No room left in time index {self._path} (size = {n}), even with skip_full_check"
                     )
                 rel = self.relative_offset(offset)
+                self._ensure_reserved((n + 1) * 12)
                 assert self._mm is not None
                 self._PACK(self._mm, n * 12, timestamp, rel)
                 self._entries = n + 1

@@ -8,7 +8,8 @@ One line is one JSON object::
   absent or ``null`` means a null value / key. Giving both forms of one field is an error.
 - ``headers``: a list of ``[name, value]`` pairs (order and duplicates are kept, as in Kafka), or an
   object ``{"name": value}`` for convenience. A header value is text, ``null``, or ``{"b64": "..."}``.
-- ``timestamp``: epoch milliseconds (integer) or an ISO-8601 string; absent or ``null`` = now.
+- ``timestamp``: epoch milliseconds (integer) or an ISO-8601 string; absent or ``null`` = now. Either
+  form must lie in [0, 2^63): Kafka's timestamps are non-negative int64 (-1 means "none").
 
 :func:`record_to_jsonl` writes the same format: text where the bytes are valid UTF-8, base64 otherwise,
 headers always as a list of pairs.
@@ -26,6 +27,7 @@ from seglogfs.errors import InvalidRecordError
 from seglogfs.records import ProducerRecord, Record
 
 _FIELDS = frozenset({"value", "value_b64", "key", "key_b64", "headers", "timestamp"})
+_MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def parse_timestamp(text: str) -> int:
@@ -88,6 +90,10 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     for name, value in pairs:
         if not isinstance(name, str):
             raise InvalidRecordError(f"header name must be a string, not {type(name).__name__}")
+        try:
+            name.encode("utf-8")  # Kafka's header keys are UTF-8: a lone surrogate has no encoding
+        except UnicodeEncodeError:
+            raise InvalidRecordError(f"header name {name!r} is not valid Unicode (lone surrogate)") from None
         out.append((name, _header_value(name, value)))
     return out
 
@@ -97,16 +103,20 @@ def _timestamp(raw: Any) -> int | None:
         return None
     if isinstance(raw, bool):
         raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
-    if isinstance(raw, int):
-        if raw < 0:
-            raise InvalidRecordError(f'"timestamp" must not be negative: {raw}')
-        return raw
     if isinstance(raw, str):
         try:
-            return parse_timestamp(raw)
+            ms = parse_timestamp(raw)
         except ValueError:
             raise InvalidRecordError(f'"timestamp" is not ISO-8601: {raw!r}') from None
-    raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
+    elif isinstance(raw, int):
+        ms = raw
+    else:
+        raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
+    if ms < 0:
+        raise InvalidRecordError(f'"timestamp" must not be negative (before 1970): {raw!r}')
+    if ms > _MAX_TIMESTAMP:
+        raise InvalidRecordError(f'"timestamp" must be under 2^63 epoch milliseconds: {raw!r}')
+    return ms
 
 
 def parse_jsonl_line(line: bytes | str) -> ProducerRecord:
@@ -115,6 +125,8 @@ def parse_jsonl_line(line: bytes | str) -> ProducerRecord:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRecordError(f"not a JSON object: {exc}") from None
+    except RecursionError:  # the decoder recurses per nesting level: [[[[...]]]] exhausts it
+        raise InvalidRecordError("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidRecordError(f"a line must be a JSON object, not {type(obj).__name__}")
     unknown = set(obj) - _FIELDS

@@ -1,12 +1,17 @@
-"""The owner lock of a log directory: one writer per log, across processes and within one process.
+"""Owner locks: one writer per log directory and per data dir, across processes and within one process.
 
-The lock is ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<log dir>/.seglogfs.lock``, held for the life of
-the writer. flock locks belong to the open file description, so a second ``open`` of the same file in
-the same process conflicts just like another process does, and the kernel drops the lock when the
-holder dies (even by SIGKILL), so a crash never leaves a stale lock behind. The file holds the holder's
-pid for the error message only; it is never deleted (unlinking a lock file lets two processes each lock
-a different inode). Kafka ignores unknown files in partition directories, and the leading dot keeps it
-out of the way of ``*.log`` globs.
+A log's lock is ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<log dir>/.seglogfs.lock``, held for the life of
+the writer; a data dir's is the same on ``<data dir>/.lock``, the file a Kafka broker locks in each of
+its ``log.dirs``, so no two seglogfs writers share a data dir. (A broker locks with ``fcntl`` record
+locks, which Linux keeps apart from ``flock``: this does not keep a broker out.)
+
+flock locks belong to the open file description, so a second ``open`` of the same file in the same
+process conflicts just like another process does, and the kernel drops the lock when the holder dies
+(even by SIGKILL), so a crash never leaves a stale lock behind. The file holds the holder's pid for the
+error message only; it is never deleted (unlinking a lock file lets two processes each lock a different
+inode). Kafka ignores unknown files in partition directories, and the leading dot keeps it out of the
+way of ``*.log`` globs. The lock file is opened with ``O_NOFOLLOW``: a symlink planted in its place is
+refused, never followed and truncated.
 """
 
 from __future__ import annotations
@@ -19,30 +24,37 @@ from types import TracebackType
 
 from seglogfs.errors import LogLockedError
 
-__all__ = ["LOCK_FILE", "LogLock", "read_lock_holder"]
+__all__ = ["DATA_DIR_LOCK_FILE", "LOCK_FILE", "LogLock", "data_dir_lock", "read_lock_holder"]
 
 LOCK_FILE = ".seglogfs.lock"
+DATA_DIR_LOCK_FILE = ".lock"  # Kafka's LogManager.LockFileName
 
 
-def read_lock_holder(log_dir: str | Path) -> int | None:
+def read_lock_holder(log_dir: str | Path, file_name: str = LOCK_FILE) -> int | None:
     """The pid recorded in the lock file of ``log_dir`` (None if absent or unreadable).
 
     The pid of the last holder stays in the file after release; only a failed ``acquire`` proves
     that it is still held.
     """
     try:
-        text = (Path(log_dir) / LOCK_FILE).read_text(encoding="ascii", errors="replace").strip()
+        text = (Path(log_dir) / file_name).read_text(encoding="ascii", errors="replace").strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
 
 
 class LogLock:
-    """Exclusive, non-blocking owner lock of one log directory (usable as a context manager)."""
+    """Exclusive, non-blocking owner lock of one directory (usable as a context manager).
 
-    def __init__(self, log_dir: str | Path):
+    ``file_name`` and ``what`` (how the error names the directory) default to a log directory's;
+    :func:`data_dir_lock` makes a data dir's.
+    """
+
+    def __init__(self, log_dir: str | Path, file_name: str = LOCK_FILE, what: str = "log dir"):
         self.dir = Path(log_dir)
-        self.path = self.dir / LOCK_FILE
+        self.file_name = file_name
+        self.what = what
+        self.path = self.dir / file_name
         self._fd: int | None = None
 
     @property
@@ -58,16 +70,16 @@ class LogLock:
         if self._fd is not None:
             return self
         # No O_TRUNC: truncating before we hold the lock would wipe the holder's pid.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            holder = read_lock_holder(self.dir)
+            holder = read_lock_holder(self.dir, self.file_name)
             who = f"pid {holder}" if holder is not None else "another process"
-            error = LogLockedError(f"log dir {self.dir} is locked for writing by {who} ({self.path})")
+            error = LogLockedError(f"{self.what} {self.dir} is locked for writing by {who} ({self.path})")
             error.path = str(self.dir)  # type: ignore[attr-defined]
             error.pid = holder  # type: ignore[attr-defined]
             raise error from None
@@ -98,4 +110,9 @@ class LogLock:
         self.release()
 
     def __repr__(self) -> str:
-        return f"LogLock({str(self.dir)!r}, locked={self.locked})"
+        return f"LogLock({str(self.path)!r}, locked={self.locked})"
+
+
+def data_dir_lock(data_dir: str | Path) -> LogLock:
+    """The (not yet acquired) owner lock of a data dir: ``<data dir>/.lock``."""
+    return LogLock(data_dir, DATA_DIR_LOCK_FILE, "data dir")

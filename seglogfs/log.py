@@ -14,6 +14,7 @@ they work on a snapshot of the segment list, and a batch becomes visible only af
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import threading
@@ -29,7 +30,7 @@ from .checkpoint import parse_log_dir_name, validate_log_name
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
-    CorruptIndexError,
+    CorruptRecordError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -59,6 +60,7 @@ from .segment import (
     LogSegment,
     base_offset_from_name,
     next_offset_of_file,
+    pread_header,
     random_roll_jitter,
 )
 
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+CORRUPT_SUFFIX = ".corrupt"  # a .swap set that failed validation, kept aside
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
 _BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~8M records, or decoded batches
 
@@ -84,6 +87,32 @@ def _now_ms(clock: Callable[[], float]) -> int:
     return int(clock() * 1000)
 
 
+def _swap_damage(path: Path, base_offset: int) -> str | None:
+    """Why a ``.log.swap`` cannot replace segments (a batch that fails its CRC, an offset below the
+    swap's base, a torn tail), or None when every batch of it is whole and valid."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        end = os.fstat(fd).st_size
+        position = 0
+        while (header := pread_header(fd, position, end, path)) is not None:
+            if header.base_offset < base_offset:
+                return f"{path} has offset {header.base_offset} below its base at position {position}"
+            validate_batch(os.pread(fd, header.size, position), header.at(0), path=path)
+            position += header.size
+    except CorruptRecordError as exc:
+        return str(exc)
+    finally:
+        os.close(fd)
+    return None if position == end else f"{path} has a torn tail at position {position}"
+
+
+def _discard_new_segment(segment: LogSegment) -> None:
+    """Close and delete a segment that was never part of the log (a roll that failed half-way)."""
+    segment.close(trim=False)
+    for path in (segment.log_path, segment.index_path, segment.time_index_path):
+        path.unlink(missing_ok=True)
+
+
 class Log:
     """One log directory. Open it with :meth:`Log.open`."""
 
@@ -96,14 +125,13 @@ class Log:
         self._clock = clock
         self._lock = threading.RLock()
         self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
         self._next_offset = 0
         self._start_offset = 0
         self.recovery_point = 0
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms(clock)
         self._dirty: set[LogSegment] = set()
-        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
         self._owner_lock: LogLock | None = None
         self._batch_cache: OrderedDict[tuple[str, int, int], object] = OrderedDict()
         self._cache_weights: dict[tuple[str, int, int], int] = {}
@@ -162,6 +190,7 @@ class Log:
         )
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        self._refuse_symlinks()
         if not self.read_only:
             self._remove_leftovers()
         bases = sorted(
@@ -187,33 +216,78 @@ class Log:
             segments = [self._new_segment(max(log_start_offset, 0))]
         self._set_segments(segments)
         active = segments[-1]
+        next_offset, valid_end = self._scan_tail(active)
+        if valid_end < active.size:
+            # Whatever the clean-shutdown marker says: a preallocated (zero-filled) or garbage tail.
+            if self.read_only:
+                log.warning(
+                    "%s: not reading %d bytes of torn or garbage data at position %d of %s",
+                    self.name,
+                    active.size - valid_end,
+                    valid_end,
+                    active.log_path,
+                )
+                active.size = valid_end
+            else:
+                segments = self._recover_segments(segments, len(segments) - 1)
+                next_offset, _ = self._scan_tail(active)
         if not self.read_only:
-            active.resize_indexes(self.config.segment_index_bytes)
-        self._next_offset = max(active.read_next_offset(), active.base_offset)
+            self._grow_active_indexes(active)
+        self._next_offset = max(next_offset, active.base_offset)
         self._start_offset = max(log_start_offset, segments[0].base_offset)
         if self._start_offset > self._next_offset:
             self._start_offset = self._next_offset
         # After a clean load or a recovery everything up to the end offset is known good.
         self.recovery_point = self._next_offset
 
+    def _refuse_symlinks(self) -> None:
+        """Raise ELOOP when a segment, index or leftover file is a symlink: loading and cleanup open,
+        truncate, rename and delete these files, and must never act outside the data dir."""
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                if entry.name.split(".", 1)[0].isdigit() and entry.is_symlink():
+                    reason = "a segment file is a symbolic link (seglogfs follows no symlinks)"
+                    raise OSError(errno.ELOOP, reason, entry.path)
+
+    @staticmethod
+    def _scan_tail(segment: LogSegment) -> tuple[int, int]:
+        """(next offset, end of the last complete batch) of a segment, from its batch headers: from
+        the last offset-index entry on, or from the start when that walk meets a torn or garbage tail
+        (the index may point into it)."""
+        start = segment.offset_index.lookup(2**62)[1] if segment.offset_index.entries else 0
+        for position in (start, 0) if start else (0,):
+            next_offset = segment.base_offset
+            try:
+                for header in segment.iter_headers(position):
+                    # max: a last batch whose baseOffset (outside the CRC) went down must not take the
+                    # end offset below batches that exist
+                    next_offset = max(next_offset, header.next_offset)
+                    position = header.position + header.size
+            except CorruptRecordError:
+                pass
+            if position == segment.size:
+                break
+        return next_offset, position
+
     def _remove_leftovers(self) -> None:
         """Kafka's first load steps: drop .deleted/.cleaned files, finish complete .swap sets."""
         cleaned_bases = []
         for path in self.dir.iterdir():
+            if not path.name.split(".", 1)[0].isdigit():
+                continue  # not a segment file of Kafka's (nor of ours): never ours to delete
             if path.name.endswith(DELETED_SUFFIX):
                 path.unlink(missing_ok=True)
             elif path.name.endswith(CLEANED_SUFFIX):
                 cleaned_bases.append(base_offset_from_name(path.name))
                 path.unlink(missing_ok=True)
         lowest_cleaned = min(cleaned_bases, default=None)
-        swaps = sorted(p for p in self.dir.iterdir() if p.name.endswith(SWAP_SUFFIX))
-        for swap in swaps:
+        for swap in self._offset_named(SWAP_SUFFIX):
             base = base_offset_from_name(swap.name)
             if lowest_cleaned is not None and base >= lowest_cleaned:
                 swap.unlink(missing_ok=True)  # an incomplete split or clean: discard
-        for swap in sorted(p for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)):
+        for swap in self._offset_named(LOG_SUFFIX + SWAP_SUFFIX):
             self._complete_swap(swap)
-        for swap in self.dir.glob("*" + SWAP_SUFFIX):  # index swaps with no .log swap left
+        for swap in self._offset_named(SWAP_SUFFIX):  # index swaps with no .log swap left
             swap.rename(swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
         # Index files without a .log are deleted, as Kafka does.
         logs = {p.name.split(".", 1)[0] for p in self.dir.glob("*" + LOG_SUFFIX)}
@@ -222,9 +296,37 @@ class Log:
             if stem.isdigit() and "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem not in logs:
                 path.unlink(missing_ok=True)
 
+    def _offset_named(self, suffix: str) -> list[Path]:
+        """The files of this log dir named ``<offset>.<...><suffix>``, sorted."""
+        return sorted(
+            p for p in self.dir.iterdir() if p.name.endswith(suffix) and p.name.split(".", 1)[0].isdigit()
+        )
+
     def _complete_swap(self, swap_log: Path) -> None:
-        """A valid .swap replaces the segments it covers: [swap base, swap next offset)."""
+        """A valid .swap replaces the segments it covers: [swap base, swap next offset).
+
+        A corrupt one replaces nothing: when the segment it would replace is still there, its files
+        are set aside as ``*.swap.corrupt`` (kept, never deleted); when it is not, the swap may hold
+        the only copy of its records, so the log cannot be opened (it goes offline, files untouched).
+        """
         swap_base = base_offset_from_name(swap_log.name)
+        damage = _swap_damage(swap_log, swap_base)
+        if damage is not None:
+            swap_files = sorted(self.dir.glob(f"{swap_base:020d}.*{SWAP_SUFFIX}"))
+            if not (self.dir / f"{swap_base:020d}{LOG_SUFFIX}").is_file():
+                raise CorruptRecordError(
+                    f"{damage}; no segment holds its offsets, so the .swap may be their only copy"
+                )
+            for path in swap_files:
+                os.rename(path, path.with_name(path.name + CORRUPT_SUFFIX))
+            log.warning(
+                "%s: %s; kept the segment it would replace and set %s aside as *%s",
+                self.name,
+                damage,
+                ", ".join(p.name for p in swap_files),
+                CORRUPT_SUFFIX,
+            )
+            return
         swap_end = next_offset_of_file(swap_log, swap_base)
         for path in list(self.dir.iterdir()):
             stem, _, suffix = path.name.partition(".")
@@ -244,16 +346,12 @@ class Log:
         return len(segments)
 
     def _check_indexes(self, segment: LogSegment) -> None:
-        """Rebuild the indexes of a segment that is otherwise trusted when they are missing or corrupt."""
+        """Rebuild the missing indexes of a segment that is otherwise trusted, without cutting its .log
+        (a damaged batch in a sealed segment costs only itself). Indexes that exist are checked against
+        the .log when first used, and rebuilt then if they are wrong (LogSegment.index_problem)."""
         if segment.needs_index_rebuild:
             log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
-            segment.recover()
-            return
-        try:
-            segment.sanity_check_indexes()
-        except CorruptIndexError as exc:
-            log.warning("%s: %s; rebuilding the indexes", self.name, exc)
-            segment.recover()
+            segment.rebuild_indexes()
 
     def _recover_segments(self, segments: list[LogSegment], first: int) -> list[LogSegment]:
         """Validate every batch of segments[first:], rebuilding their indexes; cut at the first bad batch
@@ -282,7 +380,9 @@ class Log:
     def _set_segments(self, segments: list[LogSegment]) -> None:
         # Copy-on-write: readers hold on to whichever list they fetched.
         self._segments = list(segments)
-        self._bases = [s.base_offset for s in segments]
+        for segment, following in zip(segments, [*segments[1:], None], strict=True):
+            # A sealed segment's batches end before the next one begins: a witness for their offsets.
+            segment.offset_limit = following.base_offset if following is not None else None
 
     def _release(self) -> None:
         if self._owner_lock is not None:
@@ -316,9 +416,18 @@ class Log:
 
     @property
     def first_timestamp(self) -> int | None:
-        """Timestamp of the first user record, or None for an empty log."""
-        for record in self.iter_records(self._start_offset):
-            return record.timestamp
+        """Timestamp of the first readable user record, or None for an empty log."""
+        try:
+            for record in self.iter_records(self._start_offset):
+                return record.timestamp
+            return None
+        except CorruptRecordError:
+            pass
+        for offset in range(self._start_offset, self._next_offset):  # past the damaged batch
+            try:
+                return self.read(offset).timestamp
+            except (CorruptRecordError, OffsetOutOfRangeError):
+                continue
         return None
 
     @property
@@ -327,7 +436,7 @@ class Log:
         for segment in reversed(self._segments):
             if segment.max_timestamp >= 0:
                 return segment.max_timestamp
-            last = segment.last_batch()
+            last = segment.last_intact_batch()
             if last is not None and last.max_timestamp >= 0:
                 return last.max_timestamp
         return None
@@ -385,6 +494,80 @@ class Log:
             )
             return self._append_batch(batch, len(values), now)
 
+    def append_split(self, items: Sequence[ProducerRecord] | Sequence[bytes]) -> list[AppendInfo]:
+        """Append ``items`` in order as one batch, or as several consecutive batches when together
+        they exceed ``max.message.bytes``: each batch as long as fits, judged by its exact encoded
+        (compressed) size. ``bytes`` items are key-less values sharing one timestamp, as in
+        :meth:`append_values`; :class:`ProducerRecord` items keep keys, headers and timestamps.
+
+        Every batch is encoded before the first is appended, so a record too large even alone raises
+        :class:`RecordTooLargeError` (its ``index`` names it) with nothing appended. The batches go in
+        under the log lock, back to back; an I/O error part-way (a full disk) leaves the earlier ones.
+        """
+        if not items:
+            raise ValueError("nothing to append")
+        with self._lock:
+            self._check_writable()
+            now = _now_ms(self._clock)
+            encode = self._split_encoder(items, now)
+            limit = self.config.max_message_bytes
+            planned: list[tuple[bytes, int]] = []
+            start, base, n = 0, self._next_offset, len(items)
+            whole = encode(0, n, base)
+            if len(whole) <= limit:
+                planned.append((whole, n))
+                start = n
+            while start < n:
+                end, batch = self._longest_fitting(encode, start, n, base, limit)
+                planned.append((batch, end - start))
+                base += end - start
+                start = end
+            return [self._append_batch(batch, count, now) for batch, count in planned]
+
+    def _split_encoder(
+        self, items: Sequence[ProducerRecord] | Sequence[bytes], now: int
+    ) -> Callable[[int, int, int], bytes]:
+        """``encode(start, end, base_offset)``: the batch of ``items[start:end]`` at ``base_offset``."""
+        codec, timestamp_type = self._codec(), self._timestamp_type()
+        if isinstance(items[0], bytes | bytearray | memoryview):
+            return lambda start, end, base: encode_values(
+                items[start:end], base, now, compression=codec, timestamp_type=timestamp_type
+            )
+        return lambda start, end, base: encode_batch(
+            items[start:end], base, now_ms=now, compression=codec, timestamp_type=timestamp_type
+        )
+
+    def _longest_fitting(
+        self, encode: Callable[[int, int, int], bytes], start: int, n: int, base: int, limit: int
+    ) -> tuple[int, bytes]:
+        """The largest ``end`` (> start) whose batch ``items[start:end]`` fits ``limit``, and that batch:
+        grows the batch 1, 2, 4... records until one does not fit, then bisects the last step. Costs
+        O(k log k) encoding for a batch of k records, however many items remain."""
+        best = encode(start, start + 1, base)
+        if len(best) > limit:
+            raise RecordTooLargeError(
+                f"record {start} (of {n}) alone makes a batch of {len(best)} bytes for log {self.name}, "
+                f"over max.message.bytes={limit}",
+                index=start,
+            )
+        good, step = start + 1, 1
+        bad = n + 1  # the first end known not to fit (n + 1: none known)
+        while good < n:
+            probe = min(good + step, n)
+            batch = encode(start, probe, base)
+            if len(batch) > limit:
+                bad = probe
+                break
+            good, best, step = probe, batch, step * 2
+        while bad - good > 1 and good < n:
+            probe = (good + bad) // 2
+            batch = encode(start, probe, base)
+            if len(batch) <= limit:
+                good, best = probe, batch
+            else:
+                bad = probe
+        return good, best
+
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)
 
@@ -430,17 +613,37 @@ class Log:
             return self.roll()
         return active
 
+    def _grow_active_indexes(self, active: LogSegment) -> None:
+        """After loading, grow the active segment's indexes back to ``segment.index.bytes``. On a full
+        disk they stay trimmed (full), so the next append rolls and that roll reports ENOSPC."""
+        try:
+            active.resize_indexes(self.config.segment_index_bytes)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            log.warning("%s: no room to preallocate the indexes of %s (%s); appends roll first",
+                        self.name, active.log_path.name, exc.strerror)
+
     def roll(self) -> LogSegment:
         """Seal the active segment (final time entry, trimmed indexes); start a new one at the end offset."""
         with self._lock:
             self._check_writable()
             active = self._segments[-1]
             if active.size == 0 and active.base_offset == self._next_offset:
+                # Its indexes may have stayed small when the disk was full at load: grow them now.
+                active.resize_indexes(self.config.segment_index_bytes)
                 return active
-            active.on_become_inactive()
-            active.flush()  # Kafka flushes the sealed segment right after a roll
-            self._dirty.discard(active)
+            # The new segment and its preallocated indexes first: when the disk has no room for them,
+            # the roll fails (ENOSPC) with nothing changed, and the next append tries again.
             new = self._new_segment(self._next_offset)
+            try:
+                new.resize_indexes(self.config.segment_index_bytes)
+                active.on_become_inactive()
+                active.flush()  # Kafka flushes the sealed segment right after a roll
+            except BaseException:
+                _discard_new_segment(new)
+                raise
+            self._dirty.discard(active)
             self._set_segments([*self._segments, new])
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
             return new
@@ -486,10 +689,9 @@ class Log:
                 by_time = 0
                 if cfg.retention_ms >= 0:
                     for segment in segments:
-                        if now - segment.largest_timestamp() > cfg.retention_ms:
-                            by_time += 1
-                        else:
+                        if not self._expired(segment, now, cfg.retention_ms):
                             break
+                        by_time += 1
                 by_size = 0
                 if cfg.retention_bytes >= 0:
                     diff = sum(s.size for s in segments) - cfg.retention_bytes
@@ -516,30 +718,57 @@ class Log:
                 self._purge_deleted(now)
                 return 0
             doomed, kept = segments[:deletable], segments[deletable:]
+            # Open until purged (as in Kafka): a reader in the middle of one, on an older snapshot of the
+            # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
+            # deleted before they leave the segment list: a reader finds each in one list or the other.
+            pending = [(now + cfg.file_delete_delay_ms, segment, []) for segment in doomed]
+            self._pending_deletes.extend(pending)
             self._set_segments(kept)
             self._start_offset = max(self._start_offset, kept[0].base_offset)
             self._invalidate_cache()
-            for segment in doomed:
-                segment.close(trim=False)
+            for _, segment, paths in pending:
                 self._dirty.discard(segment)
-                paths = segment.rename_suffix(DELETED_SUFFIX)
-                self._pending_deletes.append((now + cfg.file_delete_delay_ms, paths))
-                log.info("%s: retention deleted segment %s", self.name, segment.log_path.name)
+                name = segment.log_path.name
+                paths.extend(segment.rename_suffix(DELETED_SUFFIX))
+                log.info("%s: retention deleted segment %s", self.name, name)
             self._purge_deleted(now)
             return len(doomed)
+
+    def _expired(self, segment: LogSegment, now_ms: int, retention_ms: int) -> bool:
+        """Whether ``segment`` is older than ``retention_ms``: by its time index (Kafka's largest
+        timestamp), confirmed by its last batch's own header, so a wrong index never deletes data."""
+        if now_ms - segment.largest_timestamp() <= retention_ms:
+            return False
+        last = segment.last_intact_batch()
+        if last is not None and last.max_timestamp >= 0 and now_ms - last.max_timestamp <= retention_ms:
+            log.warning(
+                "%s: not deleting %s: its time index says %d, its last batch %d",
+                self.name, segment.log_path, segment.largest_timestamp(), last.max_timestamp,
+            )
+            return False
+        return True
+
+    @property
+    def deleted_segments(self) -> list[LogSegment]:
+        """Segments retention deleted whose files (renamed ``.deleted``) are kept until
+        ``file.delete.delay.ms`` has passed, oldest first: a reader in the middle of one may finish it."""
+        return [segment for _, segment, _ in self._pending_deletes]
 
     def _purge_deleted(self, now_ms: int) -> None:
         due = [p for p in self._pending_deletes if p[0] <= now_ms]
         self._pending_deletes = [p for p in self._pending_deletes if p[0] > now_ms]
-        for _, paths in due:
+        for _, segment, paths in due:
+            segment.close(trim=False)
             for path in paths:
                 path.unlink(missing_ok=True)
 
     # ================================================================== reading
 
-    def _segment_for(self, offset: int) -> int:
-        """Index of the segment that would hold ``offset`` (bisect over base offsets)."""
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+    @staticmethod
+    def _segment_for(offset: int, segments: list[LogSegment]) -> int:
+        """Index in ``segments`` (one snapshot of the list, which retention and rolls replace) of the
+        segment that would hold ``offset``."""
+        return max(bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1, 0)
 
     def _check_range(self, offset: int) -> None:
         if not self._start_offset <= offset < self._next_offset:
@@ -551,7 +780,7 @@ class Log:
         """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
         self._check_range(offset)
         segments = self._segments
-        i = self._segment_for(offset)
+        i = self._segment_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
             if header is not None:
@@ -563,6 +792,18 @@ class Log:
         """The record at ``offset``. OffsetOutOfRangeError outside the log (or for a control record's
         offset); CorruptRecordError when its batch is corrupt."""
         segment, header = self.lookup(offset)
+        try:
+            return self._read_in(segment, header, offset)
+        except CorruptRecordError:
+            # The batch the headers led to fails its CRC: its lastOffsetDelta may be what is damaged,
+            # so whether it holds ``offset`` at all is for a CRC-checked survey to say.
+            located = segment.find_batch(offset, surveyed=True)
+            if located is None or located.position == header.position:
+                raise
+            return self._read_in(segment, located, offset)
+
+    def _read_in(self, segment: LogSegment, header: BatchHeader, offset: int) -> Record:
+        """The record at ``offset`` of the batch ``header`` of ``segment``."""
         if header.magic >= 2 and header.compression == Compression.NONE and not header.is_control:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
@@ -572,7 +813,11 @@ class Log:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
             start, end = bounds.span(i)
             data = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
-            return decode_record(data, header, path=segment.log_path)
+            record = decode_record(data, header, path=segment.log_path)
+            if record.offset != offset:  # never another offset's bytes
+                message = f"the record read for offset {offset} says offset {record.offset}"
+                raise CorruptRecordError(message, segment.log_path, header.position)
+            return record
         columns = self._columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))
         if i >= len(columns) or int(columns.offsets[i]) != offset:
@@ -602,13 +847,16 @@ class Log:
                 return cached
         data = segment.read(header.position, header.size)
         local = header.at(0)
-        validate_batch(data, local, path=segment.log_path)
-        if key[0] == "bounds":
-            value = record_bounds(data, local, path=segment.log_path)
-            weight = value.nbytes
-        else:
-            value = decode_batch_columns(data, local, path=segment.log_path)
-            weight = value.data.nbytes
+        try:
+            validate_batch(data, local, path=segment.log_path)
+            if key[0] == "bounds":
+                value = record_bounds(data, local, path=segment.log_path)
+                weight = value.nbytes
+            else:
+                value = decode_batch_columns(data, local, path=segment.log_path)
+                weight = value.data.nbytes
+        except CorruptRecordError as exc:  # positions within ``data``: name the file's
+            raise exc.at(segment.log_path, header.position) from None
         with self._cache_lock:
             if key not in self._batch_cache:
                 self._batch_cache[key] = value
@@ -638,7 +886,7 @@ class Log:
         if start >= end_offset:
             return
         segments = self._segments
-        i = self._segment_for(start)
+        i = self._segment_for(start, segments)
         first = True
         for segment in segments[i:]:
             if segment.base_offset >= end_offset:
@@ -683,29 +931,56 @@ class Log:
         # Entries are (max timestamp so far, offset): below an entry < target no record can match.
         # Kafka looks up the target itself, which can skip an earlier record whose timestamp equals
         # it when timestamps go backwards; target - 1 keeps "first record >= target" exact.
-        indexed_offset = segment.time_index.lookup(timestamp_ms - 1)[1]
+        stamp, indexed_offset = segment.time_index.lookup(timestamp_ms - 1)
+        if stamp >= 0 and not segment.time_entry_holds(stamp, indexed_offset):
+            # A damaged entry could send the search past the answer: search from the segment start.
+            wrong = f"entry ({stamp}, offset {indexed_offset}) does not match the .log"
+            segment.index_contradicted(f"{segment.time_index_path}: {wrong}")
+            indexed_offset = segment.base_offset
         start = max(indexed_offset, self._start_offset, segment.base_offset)
-        header = segment.find_batch(start)
-        if header is None:
-            return None
+        try:
+            header = segment.find_batch(start)
+        except CorruptRecordError as exc:  # the search starts in a damaged batch: go on past it
+            position = exc.position or 0
+        else:
+            if header is None:
+                return None
+            position = header.position
         # Headers only until a batch can hold the answer; only that batch is decoded (and cached).
-        for batch in segment.iter_headers(header.position):
+        for batch in segment.iter_intact_headers(position):
             if batch.max_timestamp < timestamp_ms or batch.is_control:
                 continue
-            if batch.magic >= 2 and batch.compression == Compression.NONE:
-                # Often the batch's first record already qualifies (always so for a batch whose
-                # records share one timestamp): a 32-byte read answers without decoding the batch.
-                # Like Kafka's search, this reads no CRC; reading the record itself checks it.
-                first = first_record_stamp(segment.read(batch.position + V2_HEADER_SIZE, 32), batch)
-                if first is not None and first[1] >= timestamp_ms and first[0] >= self._start_offset:
-                    return first[0]
-            columns = self._columns(segment, batch)
-            hits = np.flatnonzero(
-                (columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset)
-            )
-            if hits.size:
-                return int(columns.offsets[hits[0]])
+            try:
+                found = self._first_at_or_after(segment, batch, timestamp_ms)
+            except CorruptRecordError:
+                continue  # a damaged batch answers nothing; the next intact one may
+            # The answer must be an offset a read finds in this very batch: a batch whose offsets
+            # are damage (a changed baseOffset) would name another record's offset.
+            if found is not None and self._located_in(segment, batch, found):
+                return found
         return None
+
+    def _first_at_or_after(self, segment: LogSegment, batch: BatchHeader, timestamp_ms: int) -> int | None:
+        """The offset of the first record of ``batch`` with timestamp >= ``timestamp_ms``, or None."""
+        if batch.magic >= 2 and batch.compression == Compression.NONE:
+            # Often the batch's first record already qualifies (always so for a batch whose
+            # records share one timestamp): a 32-byte read answers without decoding the batch.
+            # Like Kafka's search, this reads no CRC; reading the record itself checks it.
+            first = first_record_stamp(segment.read(batch.position + V2_HEADER_SIZE, 32), batch)
+            if first is not None and first[1] >= timestamp_ms and first[0] >= self._start_offset:
+                return first[0]
+        columns = self._columns(segment, batch)
+        hits = np.flatnonzero((columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset))
+        return int(columns.offsets[hits[0]]) if hits.size else None
+
+    @staticmethod
+    def _located_in(segment: LogSegment, batch: BatchHeader, offset: int) -> bool:
+        """Whether a lookup of ``offset`` lands on ``batch`` (False when it lands on damage)."""
+        try:
+            located = segment.find_batch(offset)
+        except CorruptRecordError:
+            return False
+        return located is not None and located.position == batch.position
 
     # ================================================================== config and lifecycle
 

@@ -4,12 +4,19 @@ It keeps Kafka's data-dir files: ``.kafka_cleanshutdown`` (deleted as soon as lo
 written again on a clean close) and the text checkpoints ``recovery-point-offset-checkpoint``,
 ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint``, so a directory written here is
 one a broker can load, and a broker's directory opens here.
+
+A writer locks the data dir (``.lock``, as a broker does) besides each log dir. Loading follows no
+symlink, and one log's damage stops nothing: a log that cannot be opened, or whose topic-partition
+another directory also claims (``c`` and ``c-0``), is *offline* (see :attr:`LogManager.offline`): left
+untouched on disk, its checkpoint lines carried over unchanged, while every other log serves.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,11 +24,13 @@ from pathlib import Path
 
 from .checkpoint import (
     CorruptCheckpointError,
+    check_new_log_name,
     is_kafka_special_dir,
     parse_log_dir_name,
     read_clean_shutdown_marker,
     read_offset_checkpoint,
     remove_clean_shutdown_marker,
+    shared_topic_partitions,
     validate_log_name,
     write_clean_shutdown_marker,
     write_leader_epoch_checkpoint,
@@ -29,7 +38,9 @@ from .checkpoint import (
     write_partition_metadata,
 )
 from .config import LogConfig
-from .errors import InvalidLogNameError, ReadOnlyLogError
+from .errors import CloseError, InvalidLogNameError, ReadOnlyLogError, SeglogError
+from .faults import PersistentFault
+from .lock import LogLock, data_dir_lock
 from .log import Log
 
 log = logging.getLogger(__name__)
@@ -37,10 +48,15 @@ log = logging.getLogger(__name__)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, REPLICATION_CHECKPOINT)
 
 
 class LogManager:
-    """Every log of one data dir. ``read_only`` opens them all without locks and never writes."""
+    """Every log of one data dir. ``read_only`` opens them all without locks and never writes.
+
+    A writer holds the data dir's lock from construction to :meth:`close` (``LogLockedError`` naming
+    the dir and the holder's pid when another process has it).
+    """
 
     def __init__(
         self,
@@ -58,51 +74,111 @@ class LogManager:
         self._clock = clock
         self._lock = threading.RLock()
         self._logs: dict[str, Log] = {}
+        self._offline: dict[str, str] = {}
+        # The checkpoint lines of offline logs, written back unchanged by every checkpoint().
+        self._kept_checkpoints: dict[str, dict[tuple[str, int], int]] = {name: {} for name in _CHECKPOINTS}
+        self._loaded_clean = False
         self._closed = False
+        self._maintenance_faults: dict[str, PersistentFault] = {}  # by log name
+        self._dir_lock: LogLock | None = None
         if not read_only:
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._dir_lock = data_dir_lock(self.data_dir).acquire()
         elif not self.data_dir.is_dir():
             raise FileNotFoundError(f"no data dir {self.data_dir}")
-        self._load()
+        try:
+            self._load()
+        except BaseException:
+            self._release_dir_lock()
+            raise
 
     def _load(self) -> None:
-        clean = read_clean_shutdown_marker(self.data_dir) is not None
+        clean = self._loaded_clean = read_clean_shutdown_marker(self.data_dir) is not None
         if not self.read_only:
             # Kafka deletes the marker as soon as loading starts (KAFKA-10471): a crash while
             # loading must not be mistaken for a clean shutdown next time.
             remove_clean_shutdown_marker(self.data_dir)
-        recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
-        start_offsets = self._read_checkpoint(LOG_START_CHECKPOINT)
-        opened = []
-        try:
-            for path in sorted(self.data_dir.iterdir()):
-                if not path.is_dir() or is_kafka_special_dir(path.name):
-                    continue
-                try:
-                    validate_log_name(path.name)
-                except InvalidLogNameError:
-                    log.warning("skipping %s: not a log directory name", path)
-                    continue
-                key = parse_log_dir_name(path.name)
-                log_obj = Log.open(
-                    path,
-                    self.config_for(path.name),
-                    read_only=self.read_only,
-                    clean_shutdown=clean,
-                    recovery_point=recovery_points.get(key, 0),
-                    log_start_offset=start_offsets.get(key, 0),
-                    clock=self._clock,
+        checkpoints = {name: self._read_checkpoint(name) for name in _CHECKPOINTS}
+        names = self._log_dir_names()
+        for (topic, partition), claimants in shared_topic_partitions(names).items():
+            # Either one would read and write the other's checkpoint lines (its log start offset
+            # hides or deletes records): serve neither, change neither, until the operator renames.
+            for name in claimants:
+                others = ", ".join(other for other in claimants if other != name)
+                self._set_offline(
+                    name,
+                    f"topic {topic} partition {partition} is claimed by {others} as well; rename all "
+                    "but one of these directories",
                 )
-                self._logs[path.name] = log_obj
-                opened.append(log_obj)
+        try:
+            for name in names:
+                if name in self._offline:
+                    continue
+                key = parse_log_dir_name(name)
+                try:
+                    self._logs[name] = Log.open(
+                        self.data_dir / name,
+                        self.config_for(name),
+                        read_only=self.read_only,
+                        clean_shutdown=clean,
+                        recovery_point=checkpoints[RECOVERY_POINT_CHECKPOINT].get(key, 0),
+                        log_start_offset=checkpoints[LOG_START_CHECKPOINT].get(key, 0),
+                        clock=self._clock,
+                    )
+                except Exception as exc:  # one log's damage must not stop the others
+                    expected = isinstance(exc, (SeglogError, OSError))
+                    log.debug("opening log %s failed", name, exc_info=not expected)
+                    self._set_offline(name, f"cannot be opened: {exc if expected else repr(exc)}")
         except BaseException:
-            for log_obj in opened:
+            for log_obj in self._logs.values():
                 log_obj.close()
             raise
+        for name in self._offline:
+            key = parse_log_dir_name(name)
+            for checkpoint_name, entries in checkpoints.items():
+                if key in entries:
+                    self._kept_checkpoints[checkpoint_name][key] = entries[key]
         state = "clean shutdown" if clean else "no clean-shutdown marker: unflushed data was validated"
         log.info(
-            "opened %d logs in %s (%s)", len(self._logs), self.data_dir, state if self._logs else "empty"
+            "opened %d logs in %s (%s)%s",
+            len(self._logs),
+            self.data_dir,
+            state if self._logs else "empty",
+            f"; {len(self._offline)} offline: {', '.join(sorted(self._offline))}" if self._offline else "",
         )
+
+    def _log_dir_names(self) -> list[str]:
+        """The names of the log directories in the data dir, sorted. A symlink is never followed:
+        one with a log's name is offline (listed, so that its name is not reused, and explained)."""
+        names = []
+        with os.scandir(self.data_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                path = Path(entry.path)
+                if is_kafka_special_dir(entry.name):
+                    continue
+                try:
+                    validate_log_name(entry.name)
+                except InvalidLogNameError:
+                    if entry.is_dir(follow_symlinks=False):
+                        log.warning("skipping %s: not a log directory name", path)
+                    continue
+                if entry.is_symlink():
+                    target = os.readlink(path)
+                    self._set_offline(
+                        entry.name, f"{path} is a symbolic link (to {target}); seglogfs follows no symlinks"
+                    )
+                elif entry.is_dir(follow_symlinks=False):
+                    names.append(entry.name)
+        return names
+
+    def _set_offline(self, name: str, reason: str) -> None:
+        self._offline[name] = reason
+        log.error("log %s is offline: %s", name, reason)
+
+    def _release_dir_lock(self) -> None:
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A checkpoint by (topic, partition); a missing or corrupt file counts as empty, as in Kafka."""
@@ -126,12 +202,23 @@ class LogManager:
         """The open logs by directory name (a snapshot)."""
         return dict(self._logs)
 
+    @property
+    def offline(self) -> dict[str, str]:
+        """The logs found at load that are not served, by directory name, each with the reason
+        (a snapshot). Their files are left as they are; a restart tries them again."""
+        return dict(self._offline)
+
     def get(self, name: str) -> Log:
         """The log named ``name`` (KeyError when there is none)."""
         return self._logs[name]
 
     def create_log(self, name: str, config: LogConfig | None = None) -> Log:
-        """Create log ``name`` (idempotent: an existing log is returned as is)."""
+        """Create log ``name`` (idempotent: an existing log is returned as is).
+
+        ``InvalidLogNameError`` for a name outside Kafka's rules or not canonical (``x-00``);
+        ``FileExistsError`` (EEXIST) when another log already has its topic-partition (``c`` beside
+        ``c-0``), when ``name`` is offline, or when a file or symlink of that name is in the data dir.
+        """
         validate_log_name(name)
         with self._lock:
             existing = self._logs.get(name)
@@ -139,10 +226,32 @@ class LogManager:
                 return existing
             if self.read_only:
                 raise ReadOnlyLogError(f"cannot create log {name}: the data dir is read-only")
+            if name in self._offline:
+                reason = self._offline[name]
+                raise FileExistsError(errno.EEXIST, f"log {name} exists but is offline: {reason}")
+            topic, partition = check_new_log_name(name)
+            taken = [
+                other
+                for other in (*self._logs, *self._offline)
+                if parse_log_dir_name(other) == (topic, partition)
+            ]
+            if taken:
+                raise FileExistsError(
+                    errno.EEXIST,
+                    f"cannot create log {name}: topic {topic} partition {partition} is log {taken[0]}",
+                )
+            directory = self.data_dir / name
+            try:
+                mode = os.lstat(directory).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):
+                raise FileExistsError(
+                    errno.EEXIST, f"cannot create log {name}: {directory} exists and is not a directory"
+                )
             if config is not None:
                 self.log_configs[name] = config
-            directory = self.data_dir / name
-            fresh = not directory.exists()
+            fresh = mode is None
             log_obj = Log.open(
                 directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
             )
@@ -171,11 +280,16 @@ class LogManager:
         if self.read_only or self._closed:
             return
         for log_obj in list(self._logs.values()):
+            fault = self._maintenance_faults.setdefault(
+                log_obj.name, PersistentFault(f"maintenance of log {log_obj.name}", log)
+            )
             try:
                 log_obj.delete_old_segments(now_ms)
                 log_obj.maybe_flush(now_ms)
-            except Exception:  # one bad log must not stop the others' retention
-                log.exception("maintenance of log %s failed", log_obj.name)
+            except Exception as exc:  # one bad log must not stop the others' retention
+                fault.failed(exc)  # a full or read-only disk: once, not every round
+            else:
+                fault.succeeded()
         self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -183,32 +297,52 @@ class LogManager:
         if self.read_only:
             return
         logs = list(self._logs.values())
-        write_offset_checkpoint(
-            self.data_dir / RECOVERY_POINT_CHECKPOINT,
-            {(lg.topic, lg.partition): lg.recovery_point for lg in logs},
-        )
-        write_offset_checkpoint(
-            self.data_dir / LOG_START_CHECKPOINT, {(lg.topic, lg.partition): lg.start_offset for lg in logs}
-        )
-        write_offset_checkpoint(
-            self.data_dir / REPLICATION_CHECKPOINT, {(lg.topic, lg.partition): lg.end_offset for lg in logs}
-        )
+        offsets = {
+            RECOVERY_POINT_CHECKPOINT: {(lg.topic, lg.partition): lg.recovery_point for lg in logs},
+            LOG_START_CHECKPOINT: {(lg.topic, lg.partition): lg.start_offset for lg in logs},
+            REPLICATION_CHECKPOINT: {(lg.topic, lg.partition): lg.end_offset for lg in logs},
+        }
+        for name, entries in offsets.items():
+            write_offset_checkpoint(self.data_dir / name, {**self._kept_checkpoints[name], **entries})
 
     def flush_all(self) -> None:
         for log_obj in list(self._logs.values()):
             log_obj.flush()
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints and the clean-shutdown marker."""
+        """Flush and close every log, write the checkpoints and the clean-shutdown marker.
+
+        A log that cannot be closed (a full or failed disk) stops no other: every log that can be is
+        closed, the checkpoints are still written (a recovery point only ever covers flushed data),
+        and the marker is written only when every log closed; then ``CloseError`` names the failures.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for log_obj in self._logs.values():
-                log_obj.close()
-            if not self.read_only:
-                self.checkpoint()
-                write_clean_shutdown_marker(self.data_dir)
+            failures: dict[str, BaseException] = {}
+            try:
+                for name, log_obj in self._logs.items():
+                    try:
+                        log_obj.close()
+                    except Exception as exc:  # reported below, after closing the rest
+                        failures[name] = exc
+                if not self.read_only:
+                    try:
+                        self.checkpoint()
+                    except OSError as exc:
+                        failures["checkpoints"] = exc
+                    # An offline log is as the load found it: after an unclean load, the marker
+                    # would vouch for data nobody recovered.
+                    if not failures and (self._loaded_clean or not self._offline):
+                        try:
+                            write_clean_shutdown_marker(self.data_dir)
+                        except OSError as exc:
+                            failures["clean-shutdown marker"] = exc
+            finally:
+                self._release_dir_lock()
+            if failures:
+                raise CloseError(self.data_dir, failures)
 
     def __enter__(self) -> LogManager:
         return self

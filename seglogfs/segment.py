@@ -12,10 +12,12 @@ append (a batch becomes visible once ``size`` covers it, and ``size`` moves only
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,8 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _READ_CHUNK = 4 * 1024 * 1024
 _NO_LIMIT = 1 << 62
+
+log = logging.getLogger(__name__)
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -93,32 +97,197 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._rolling_based_timestamp: int | None = None
         self.needs_index_rebuild = writable and not self.index_path.exists()
+        self.offset_limit: int | None = None  # the next segment's base offset (the Log sets it)
+        self._index_lock = threading.RLock()
+        self._indexes_ready = False  # both indexes open (and checked once)
+        self._indexes_checked = False  # checked against the .log (or rebuilt) since this object exists
+        self._checking_indexes = False
 
     @property
     def _fd(self) -> int:
         if self._fd_value < 0:
             with self._lock:
                 if self._fd_value < 0:
-                    self._fd_value = os.open(self.log_path, self._open_flags)
+                    # Never O_CREAT here: a reader reopening a segment retention has deleted must
+                    # fail (FileNotFoundError), not bring back an empty .log.
+                    self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         return self._fd_value
 
     # ------------------------------------------------------------------ indexes (opened lazily)
 
     @property
     def offset_index(self) -> OffsetIndex:
-        if self._offset_index is None:
-            with self._lock:
-                if self._offset_index is None:
-                    self._offset_index = self._open_index(OffsetIndex, self.index_path)
-        return self._offset_index
+        if not self._indexes_ready:
+            self._open_indexes()
+        return self._offset_index  # type: ignore[return-value]
 
     @property
     def time_index(self) -> TimeIndex:
-        if self._time_index is None:
-            with self._lock:
-                if self._time_index is None:
-                    self._time_index = self._open_index(TimeIndex, self.time_index_path)
-        return self._time_index
+        if not self._indexes_ready:
+            self._open_indexes()
+        return self._time_index  # type: ignore[return-value]
+
+    def _open_indexes(self) -> None:
+        """Open both indexes; the first time, check them against the .log and rebuild them if wrong."""
+        with self._index_lock:
+            if self._indexes_ready:
+                return
+            if self._offset_index is None:
+                self._offset_index = self._open_index(OffsetIndex, self.index_path)
+            if self._time_index is None:
+                self._time_index = self._open_index(TimeIndex, self.time_index_path)
+            if self._checking_indexes:  # the check below reads batches through the indexes
+                return
+            if not self._indexes_checked and not self.needs_index_rebuild and self.size > 0:
+                self._checking_indexes = True
+                try:
+                    problem = self.index_problem()
+                    if problem is not None:
+                        self._index_failed(problem)
+                finally:
+                    self._checking_indexes = False
+            self._indexes_checked = True
+            self._indexes_ready = True
+
+    def index_problem(self) -> str | None:
+        """Why the indexes cannot be trusted, naming the file, or None. Beyond Kafka's sanity check:
+        entries strictly increasing, inside the segment's offsets and its .log, the first and last
+        offset entries at batches they fit, and the last time entry equal to the max timestamp of the
+        batch it names, which no later batch exceeds."""
+        offset_index, time_index = self._offset_index, self._time_index
+        assert offset_index is not None and time_index is not None
+        try:
+            for index in (offset_index, time_index):
+                index.sanity_check()
+        except CorruptIndexError as exc:
+            return str(exc)
+        offsets, positions = offset_index.to_arrays()
+        if offsets.size:
+            name = offset_index.path
+            if (np.diff(offsets) <= 0).any() or (np.diff(positions) <= 0).any():
+                return f"{name}: entries are not strictly increasing"
+            if positions[0] < 0 or positions[-1] >= self.size:
+                where = f"outside {self.log_path} ({self.size} bytes)"
+                return f"{name}: position {int(positions[-1])} is {where}"
+            if offsets[-1] - self.base_offset > 2**31 - 1:
+                return f"{name}: offset {int(offsets[-1])} is outside the segment"
+            for slot in (0, -1):
+                offset, position = int(offsets[slot]), int(positions[slot])
+                header = self._header_or_none(position, self.size)
+                if header is None or header.last_offset > offset:
+                    return f"{name}: the entry for offset {offset} names no batch at position {position}"
+        last = None
+        for last in self.iter_intact_headers(int(positions[-1]) if positions.size else 0):  # noqa: B007
+            pass
+        stamps, stamp_offsets = time_index.to_arrays()
+        if not self.writable and last is not None and isinstance(time_index, TimeIndex):
+            # A reader of a log being written: entries past the batches it sees are not its concern.
+            time_index.limit_entries(int(np.searchsorted(stamp_offsets, last.next_offset)))
+            stamps, stamp_offsets = time_index.to_arrays()
+        if stamps.size:
+            name = time_index.path
+            if (np.diff(stamps) <= 0).any() or (np.diff(stamp_offsets) < 0).any():
+                return f"{name}: entries are not increasing"
+            if stamp_offsets[0] < self.base_offset:
+                return f"{name}: offset {int(stamp_offsets[0])} is below the base offset {self.base_offset}"
+            stamp, offset = int(stamps[-1]), int(stamp_offsets[-1])
+            try:
+                holder = self.find_batch(offset)
+            except CorruptRecordError:
+                holder = None
+            if holder is None or holder.last_offset != offset or holder.max_timestamp != stamp:
+                found = "no batch" if holder is None else f"max timestamp {holder.max_timestamp}"
+                return f"{name}: last entry ({stamp}, offset {offset}) does not match the .log ({found})"
+            if self.writable and last is not None and last.max_timestamp > stamp:
+                return f"{name}: last entry {stamp} is below the last batch's {last.max_timestamp}"
+        elif self.writable and last is not None and last.max_timestamp >= 0 and offsets.size:
+            return f"{time_index.path}: empty, but the batches carry timestamps"
+        return None
+
+    def index_contradicted(self, problem: str) -> None:
+        """An index entry in use was found wrong: rebuild the indexes of a sealed (or read-only)
+        segment now. The active segment's are a writer's, never rebuilt under its feet: that waits for
+        the next load, which checks them."""
+        if self.offset_limit is not None or not self.writable:
+            self._index_failed(problem)
+
+    def time_entry_holds(self, timestamp: int, offset: int) -> bool:
+        """Whether the batch ending at ``offset`` has max timestamp ``timestamp`` (what a time-index
+        entry claims)."""
+        try:
+            holder = self.find_batch(offset)
+        except CorruptRecordError:
+            return False
+        return holder is not None and holder.last_offset == offset and holder.max_timestamp == timestamp
+
+    def _index_failed(self, problem: str) -> None:
+        """Log why the indexes are wrong; rebuild them from the .log (read-only: scan instead)."""
+        log.warning("%s; rebuilding the indexes of %s from the .log", problem, self.log_path)
+        if self.writable:
+            self.rebuild_indexes()
+            return
+        # Not closed: a concurrent reader may still be searching them (they go with their last use).
+        self._offset_index = _EmptyIndex(True, self.base_offset)  # type: ignore[assignment]
+        self._time_index = _EmptyIndex(False, self.base_offset)  # type: ignore[assignment]
+        self._max_timestamp = None
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the intact batches of the .log with Kafka's per-batch rule, leaving
+        the .log untouched (damaged stretches are skipped, not cut: a sealed batch past them is data)."""
+        self._reset_indexes_for_rebuild()
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        last_indexed = 0
+        for header in self._accepted_batches():
+            last_indexed = self._index_rebuilt_batch(header, last_indexed)
+        # Trimmed as after a recovery (an active segment grows them again when the Log loads).
+        self._finish_rebuilt_indexes(last_indexed)
+
+    def _accepted_batches(self) -> Iterator[BatchHeader]:
+        """Every intact batch of the .log whose offsets fit its neighbours', in order (damage skipped)."""
+        end = self.size
+        previous: BatchHeader | None = None
+        pending: BatchHeader | None = None
+        damage_before = damage_after = False  # damage right before / right after ``pending``
+        position = 0
+        while True:
+            header: BatchHeader | None = None
+            if position < end:
+                header, _ = self._intact_batch_at(position, end)
+                if header is None:
+                    position = self._resync(position + 1, end)
+                    damage_after = True
+                    continue
+                position = header.end_position
+            if pending is not None:
+                trusted = (pending.position == 0 and pending.base_offset == self.base_offset) or (
+                    previous is not None
+                    and previous.end_position == pending.position
+                    and _follows(previous, pending)
+                )
+                isolated = (damage_before or damage_after) and not (
+                    _follows(previous, pending) or _follows(pending, header)
+                )
+                if trusted or not (isolated or self._offsets_contradicted(pending, previous, header, None)):
+                    yield pending
+                    previous = pending
+            if header is None:
+                return
+            pending, damage_before, damage_after = header, damage_after, False
+
+    def release_indexes(self) -> None:
+        """Close the indexes until they are next used (a sealed segment need not hold them open)."""
+        with self._index_lock:
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.close()
+            self._offset_index = self._time_index = None
+            self._indexes_ready = False
+
+    def sanity_check_indexes(self) -> None:
+        """Raise CorruptIndexError when the indexes cannot be trusted (see ``index_problem``)."""
+        problem = self.index_problem() if self.offset_index is not None else None
+        if problem is not None:
+            raise CorruptIndexError(problem)
 
     def _open_index(self, cls, path: Path):
         if self.writable:
@@ -143,23 +312,6 @@ class LogSegment:
             return _EmptyIndex(cls is OffsetIndex, self.base_offset)
         return index
 
-    def release_indexes(self) -> None:
-        """Close the indexes until they are next used (a sealed segment need not hold them open)."""
-        with self._lock:
-            for index in (self._offset_index, self._time_index):
-                if index is not None:
-                    index.close()
-            self._offset_index = self._time_index = None
-
-    def sanity_check_indexes(self) -> None:
-        """Raise CorruptIndexError when either index fails Kafka's sanity check, or holds zero-filled
-        entries (which Kafka's check lets through since 2.1: a zeroed time index would make the
-        segment look 56 years old to retention)."""
-        for index in (self.offset_index, self.time_index):
-            index.sanity_check()
-            if index.entries_before_zero_tail() < index.entries:
-                raise CorruptIndexError(f"{index.path} has zero-filled entries after entry 0")
-
     # ------------------------------------------------------------------ facts
 
     @property
@@ -167,6 +319,11 @@ class LogSegment:
         """Largest record timestamp in the segment so far (-1 when unknown), Kafka's maxTimestampSoFar."""
         if self._max_timestamp is None:
             ts, offset = self.time_index.last_entry
+            if self.time_index.entries == 0 and not self.writable:
+                # A reader whose time index is missing or was found wrong: from the batch headers.
+                for header in self.iter_intact_headers():
+                    if header.max_timestamp > ts:
+                        ts, offset = header.max_timestamp, header.last_offset
             self._max_timestamp, self._offset_of_max_timestamp = ts, offset
         return self._max_timestamp
 
@@ -190,24 +347,34 @@ class LogSegment:
     def append(self, batch: bytes, last_offset: int, max_timestamp: int) -> None:
         """Write one batch at the end of the .log and maintain the indexes (Kafka's append rule).
 
-        All or nothing: if the write fails (ENOSPC...), the file is cut back to its previous size
-        and the OSError propagates.
+        All or nothing: when any step fails (the write: ENOSPC or a short write; an index entry), the
+        .log is cut back to its previous size, the indexes drop what this append added, and the error
+        propagates. No byte of a failed append stays in the file, so none can reappear after a crash.
         """
         position = self.size
+        # Opening the indexes may fail too (a missing file, ENOSPC): before anything is written.
+        previous_max = (self.max_timestamp, self._offset_of_max_timestamp)
+        index_entry = self._bytes_since_last_index_entry > self.index_interval_bytes
+        offset_index, time_index = self.offset_index, self.time_index
+        entries_before = (offset_index.entries, time_index.entries)
         try:
             written = os.pwrite(self._fd, batch, position)
             if written != len(batch):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
-        except OSError:
+            if max_timestamp > previous_max[0]:
+                self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
+            if index_entry:
+                offset_index.append(last_offset, position)
+                time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+        except BaseException:
             os.ftruncate(self._fd, position)
+            self._max_timestamp, self._offset_of_max_timestamp = previous_max
+            offset_index.limit_entries(entries_before[0])
+            time_index.limit_entries(entries_before[1])
             raise
         if position == 0:
             self._rolling_based_timestamp = max_timestamp
-        if max_timestamp > self.max_timestamp:
-            self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
-        if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+        if index_entry:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += len(batch)
         self.size = position + len(batch)
@@ -244,9 +411,12 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
 
     def resize_indexes(self, size: int) -> None:
-        """Grow the indexes of the active segment back to their preallocated size."""
-        self.offset_index.resize(size)
-        self.time_index.resize(size)
+        """Grow the indexes of the active segment back to their preallocated size (creating them if
+        needed), every byte allocated: OSError (ENOSPC...) when the filesystem has no room, the
+        indexes then left as they were."""
+        for index in (self.offset_index, self.time_index):
+            index.resize(size)
+            index.reserve()
 
     # ------------------------------------------------------------------ reading
 
@@ -261,42 +431,264 @@ class LogSegment:
             return None
         return pread_header(self._fd, position, end, self.log_path)
 
-    def find_batch(self, offset: int, start_position: int | None = None) -> BatchHeader | None:
-        """The first batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None."""
+    def find_batch(self, offset: int, *, surveyed: bool = False) -> BatchHeader | None:
+        """The first intact batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None.
+
+        Raises CorruptRecordError, naming the file and the position of the damage, when ``offset``
+        lies in a damaged stretch of the .log. Damage costs only itself: a batch whose header cannot be
+        read, whose CRC fails or whose offsets contradict its neighbours' (its baseOffset is outside the
+        CRC) is skipped, and the batches after it are found by resynchronising on the next intact one.
+        ``surveyed`` skips the header walk for the CRC-checked survey (after a batch failed its CRC).
+        """
+        if not surveyed:
+            try:
+                return self._find_batch_quick(offset)
+            except _Suspect:
+                pass
+        return self._find_batch_careful(offset)
+
+    def _find_batch_quick(self, offset: int) -> BatchHeader | None:
+        """Headers only, trusting a batch only when its offsets follow from a witness: an index entry
+        naming its last offset, the segment's base offset, or the previous trusted batch (contiguous
+        offsets). Anything else (a gap, an overlap, an unreadable header) raises _Suspect."""
         end = self.size
-        if start_position is None:
-            (_, position), upper = self.offset_index.lookup_bounds(offset)
-            if upper is not None:
-                # One read when the next indexed batch already starts at or before the offset
-                # (always so when batches are larger than index.interval.bytes).
-                header = self.read_header(upper[1], end)
-                if (
-                    header is not None
-                    and header.magic >= 2
-                    and header.base_offset <= offset <= header.last_offset
-                ):
-                    return header
-        else:
-            position = start_position
+        (witness, position), upper = self.offset_index.lookup_bounds(offset)
+        if upper is not None:
+            # One read when the next indexed batch already holds the offset (always so when batches
+            # are larger than index.interval.bytes): the entry vouches for its offsets.
+            header = self._header_or_none(upper[1], end)
+            if (
+                header is not None
+                and header.magic >= 2
+                and header.last_offset == upper[0]
+                and header.base_offset <= offset
+            ):
+                return header
+        prev_last: int | None = None
         while True:
-            header = self.read_header(position, end)
-            if header is None:
+            if position >= end:
+                if self.offset_limit is not None and offset < self.offset_limit:
+                    raise _Suspect  # a sealed segment should hold it: its last batch may be damaged
                 return None
+            header = self._header_or_none(position, end)
+            if header is None or header.magic < 2:
+                raise _Suspect
+            if prev_last is not None:
+                trusted = header.base_offset == prev_last + 1
+            elif position == 0:
+                trusted = header.base_offset == self.base_offset
+            else:
+                trusted = header.last_offset == witness
+            if not trusted or (header.base_offset > offset and header.last_offset >= offset):
+                raise _Suspect  # a gap before the offset may hide a damaged batch
+            if self.offset_limit is not None and header.last_offset >= self.offset_limit:
+                raise _Suspect  # runs into the next segment
             if header.last_offset >= offset:
                 return header
+            prev_last = header.last_offset
             position += header.size
 
+    def _header_or_none(self, position: int, end: int) -> BatchHeader | None:
+        """The header at ``position`` when it parses and its batch fits before ``end``, else None."""
+        try:
+            return self.read_header(position, end)
+        except CorruptRecordError:
+            return None
+
+    def _find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None:
+        """``find_batch`` by surveying the .log around the offset, every batch CRC-checked."""
+        entries = _Entries(*self.offset_index.to_arrays()) if use_index else _Entries.none()
+        slot = entries.slot_at_or_before(offset) - 1  # start one entry early: its batch is a witness
+        start = entries.position(slot) if slot >= 0 else 0
+        items, index_disagrees = self._survey(start, offset, entries)
+        if index_disagrees and use_index:
+            self.index_contradicted(f"{self.index_path}: an entry contradicts the batches at offset {offset}")
+            return self._find_batch_careful(offset, use_index=False)
+        damage: Damage | None = None
+        for item in items:
+            if isinstance(item, Damage):
+                damage = damage or item
+                continue
+            if item.last_offset >= offset:
+                if item.magic >= 2 and item.base_offset > offset and damage is not None:
+                    break
+                return item
+            damage = None
+        if damage is None:
+            return None
+        raise CorruptRecordError(f"damaged batch ({damage.reason})", self.log_path, damage.position)
+
+    def _survey(
+        self, start: int, stop_offset: int, entries: _Entries
+    ) -> tuple[list[BatchHeader | Damage], bool]:
+        """The intact batches and damaged stretches of the .log from ``start`` (a batch boundary), in
+        file order, to the first index entry after the batch holding ``stop_offset`` and one more item
+        (or a few batches further when there is none). Every batch is CRC-checked, then checked against
+        its neighbours' offsets: a batch is trusted when an index entry names its last offset, when it
+        is the first batch and starts at the segment's base offset, or when its offsets continue a
+        trusted neighbour's; an untrusted batch that overlaps a neighbour or contradicts an index
+        entry is damage (a changed baseOffset passes the CRC). Also returns whether the index
+        contradicts trusted batches (then it is the index that is wrong)."""
+        end = self.size
+        items: list[BatchHeader | Damage] = []
+        position, past = start, -1
+        while position < end and past <= 16:
+            header, reason = self._intact_batch_at(position, end)
+            if header is None:
+                resumed = self._resync(position + 1, end)
+                items.append(Damage(position, resumed, reason))
+                position = resumed
+            else:
+                items.append(header)
+                position = header.end_position
+                if past < 0 and header.last_offset >= stop_offset:
+                    past = 0
+            if past >= 0:
+                past += 1
+                if past >= 2 and header is not None and entries.at(header.position) is not None:
+                    break  # a batch an index entry vouches for: the neighbours' trust is settled
+        return self._label(items, entries)
+
+    def _intact_batch_at(self, position: int, end: int) -> tuple[BatchHeader | None, str]:
+        """(header, "") for a whole, CRC-valid batch at ``position``; else (None, what is wrong)."""
+        try:
+            header = self.read_header(position, end)
+        except CorruptRecordError as exc:
+            return None, str(exc).split(" in ", 1)[0]
+        if header is None:
+            return None, "a batch runs past the end of the segment"
+        try:
+            validate_batch(os.pread(self._fd, header.size, position), header.at(0), path=self.log_path)
+        except CorruptRecordError as exc:
+            return None, str(exc).split(" in ", 1)[0]
+        return header, ""
+
+    def _resync(self, position: int, end: int) -> int:
+        """The position of the next intact v2 batch at or after ``position`` (``end`` when none):
+        a header that parses, a CRC that matches, and a successor that is intact too."""
+        while position < end:
+            chunk = os.pread(self._fd, min(_READ_CHUNK, end - position), position)
+            magic = np.frombuffer(chunk, dtype=np.uint8)[16:]
+            for candidate in np.flatnonzero(magic == 2).tolist():
+                if self._plausible_batch_at(position + candidate, end):
+                    return position + candidate
+            position += max(len(chunk) - 16, 1)
+        return end
+
+    def _plausible_batch_at(self, position: int, end: int) -> bool:
+        header, _ = self._intact_batch_at(position, end)
+        if header is None or header.magic < 2 or header.base_offset < self.base_offset:
+            return False
+        if header.end_position >= end:
+            return True
+        successor, _ = self._intact_batch_at(header.end_position, end)
+        return successor is not None
+
+    def _label(
+        self, items: list[BatchHeader | Damage], entries: _Entries
+    ) -> tuple[list[BatchHeader | Damage], bool]:
+        """Turn batches whose offsets cannot be trusted and contradict their neighbours into Damage;
+        also say whether an index entry contradicts a trusted batch."""
+        n = len(items)
+        batch = [item if isinstance(item, BatchHeader) else None for item in items]
+        trusted = [
+            h is not None
+            and h.magic >= 2
+            and (
+                entries.at(h.position) == h.last_offset
+                or (h.position == 0 and h.base_offset == self.base_offset)
+                or (h.end_position == self.size and h.last_offset + 1 == self.offset_limit)
+            )
+            for h in batch
+        ]
+        for i in range(1, n):
+            trusted[i] = trusted[i] or (trusted[i - 1] and _follows(batch[i - 1], batch[i]))
+        for i in range(n - 2, -1, -1):
+            trusted[i] = trusted[i] or (trusted[i + 1] and _follows(batch[i], batch[i + 1]))
+        index_disagrees = False
+        for h, ok in zip(batch, trusted, strict=True):
+            if h is not None and ok:
+                witness = entries.at(h.position)
+                if (witness is not None and witness < h.last_offset) or entries.inside(
+                    h.position + 1, h.end_position
+                ):
+                    index_disagrees = True
+        # Untrusted batches weigh each other by whether they continue a neighbour's offsets: of two
+        # that overlap, the one in a contiguous run is believed.
+        support = [
+            2
+            if trusted[i]
+            else int(_follows(batch[i - 1] if i else None, h) or (i + 1 < n and _follows(h, batch[i + 1])))
+            for i, h in enumerate(batch)
+        ]
+        labelled: list[BatchHeader | Damage] = []
+        for i, h in enumerate(batch):
+            if h is None or trusted[i]:
+                labelled.append(items[i])
+                continue
+            j = next((k for k in range(i - 1, -1, -1) if batch[k] is not None), None)
+            previous = batch[j] if j is not None and support[j] >= support[i] else None
+            following = batch[i + 1] if i + 1 < n and support[i + 1] >= support[i] else None
+            reason = self._offsets_contradicted(h, previous, following, entries.at(h.position))
+            beside_damage = (i > 0 and batch[i - 1] is None) or (i + 1 < n and batch[i + 1] is None)
+            if not reason and support[i] == 0 and beside_damage:
+                # Next to damage, continuing neither neighbour: its baseOffset may be damaged too.
+                reason = f"offsets {h.base_offset}..{h.last_offset} continue no neighbour's, beside damage"
+            labelled.append(Damage(h.position, h.end_position, reason) if reason else h)
+        return labelled, index_disagrees
+
+    def _offsets_contradicted(
+        self, h: BatchHeader, prev: BatchHeader | None, nxt: BatchHeader | None, witness: int | None
+    ) -> str:
+        """Why an untrusted batch's offsets cannot be right ("" when nothing contradicts them)."""
+        first = h.base_offset if h.magic >= 2 else h.last_offset
+        if first < self.base_offset:
+            return f"baseOffset {first} is below the segment's base offset {self.base_offset}"
+        if h.last_offset - self.base_offset > 2**31 - 1:
+            return f"offset {h.last_offset} is too far from the segment's base offset {self.base_offset}"
+        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
+            return f"offset {h.last_offset} is in the next segment (from {self.offset_limit})"
+        if prev is not None and first <= prev.last_offset:
+            return f"offsets {first}..{h.last_offset} overlap the previous batch's (up to {prev.last_offset})"
+        if nxt is not None and nxt.magic >= 2 and h.last_offset >= nxt.base_offset:
+            return f"offsets {first}..{h.last_offset} overlap the next batch's (from {nxt.base_offset})"
+        if witness is not None and (
+            h.last_offset > witness or (nxt is not None and nxt.magic >= 2 and nxt.base_offset > witness)
+        ):
+            return f"offsets {first}..{h.last_offset} contradict the index entry for offset {witness}"
+        return ""
+
+    def iter_intact_headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Batch headers from ``position`` on (headers only while offsets run on), past damage: where
+        the walk meets an unreadable header or a break in the offsets and the batch before fails its
+        CRC (its length may be what is damaged), it resynchronises on the next intact batch."""
+        end = self.size
+        previous: BatchHeader | None = None
+        while position < end:
+            header = self._header_or_none(position, end)
+            if header is None or (previous is not None and not _follows(previous, header)):
+                if previous is not None and self._intact_batch_at(previous.position, end)[0] is None:
+                    position, previous = self._resync(previous.position + 1, end), None
+                    continue
+                if header is None:
+                    position, previous = self._resync(position + 1, end), None
+                    continue
+            yield header
+            previous, position = header, header.end_position
+
     def iter_batches(
-        self, start_position: int = 0, end_position: int | None = None
+        self, start_position: int = 0, end_position: int | None = None, *, fd: int | None = None
     ) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, batch bytes) of every complete batch from ``start_position`` (file positions in headers).
 
-        Reads in large chunks; stops silently at a torn tail (a batch still being written).
+        Reads in large chunks; stops silently at a torn tail (a batch still being written). ``fd``: a
+        descriptor of this .log the caller owns, to read through instead of the segment's own.
         """
+        fd = self._fd if fd is None else fd
         end = self.size if end_position is None else min(end_position, self.size)
         position = start_position
         while position < end:
-            chunk = os.pread(self._fd, min(_READ_CHUNK, end - position), position)
+            chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
             consumed = 0
             for header in iter_batch_headers(
                 chunk, 0, len(chunk), path=self.log_path, base_position=position
@@ -306,10 +698,10 @@ class LogSegment:
                 consumed = local + header.size
             if consumed == 0:
                 # The next batch is larger than the chunk: read exactly it, or stop at a torn tail.
-                header = self.read_header(position, end)
+                header = pread_header(fd, position, end, self.log_path)
                 if header is None:
                     return
-                data = os.pread(self._fd, header.size, position)
+                data = os.pread(fd, header.size, position)
                 yield header, data
                 consumed = header.size
             position += consumed
@@ -321,8 +713,8 @@ class LogSegment:
 
         Returns the number of bytes truncated. Kafka's LogSegment.recover, per batch.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
+        self._indexes_checked = True  # rebuilt below: opening them need not check them first
+        self._reset_indexes_for_rebuild()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._rolling_based_timestamp = None
         valid = 0
@@ -336,15 +728,7 @@ class LogSegment:
                         self.log_path,
                         header.position,
                     )
-                if header.max_timestamp > self._max_timestamp:
-                    self._max_timestamp, self._offset_of_max_timestamp = (
-                        header.max_timestamp,
-                        header.last_offset,
-                    )
-                if valid - last_indexed > self.index_interval_bytes:
-                    self.offset_index.append(header.last_offset, valid)
-                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-                    last_indexed = valid
+                last_indexed = self._index_rebuilt_batch(header, last_indexed)
                 valid = header.position + header.size
         except CorruptRecordError:
             pass  # everything from the first bad batch on is cut below
@@ -352,15 +736,62 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, valid)
             self.size = valid
-        self._bytes_since_last_index_entry = valid - last_indexed
-        if self._max_timestamp >= 0:
+        self._finish_rebuilt_indexes(last_indexed)
+        return truncated
+
+    def _index_rebuilt_batch(self, header: BatchHeader, last_indexed: int) -> int:
+        """Kafka's per-batch index rule during a rebuild (``recover``, ``rebuild_indexes``): track the
+        max timestamp, add entries for a batch starting more than index.interval.bytes after the last
+        indexed one. Returns the position of the last indexed batch."""
+        if header.max_timestamp > self._max_timestamp:
+            self._max_timestamp, self._offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        if header.position - last_indexed > self.index_interval_bytes and not self.offset_index.is_full():
+            # A full index only makes lookups scan further; it must not stop a recovery.
+            self.offset_index.append(header.last_offset, header.position)
+            if not self.time_index.is_full():
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            return header.position
+        return last_indexed
+
+    def _finish_rebuilt_indexes(self, last_indexed: int) -> None:
+        """After a rebuild: the final time entry (the segment's max timestamp), trimmed indexes."""
+        self._bytes_since_last_index_entry = self.size - last_indexed
+        if self._max_timestamp >= 0 and self.time_index.entries < self.time_index.max_entries:
             self.time_index.maybe_append(
                 self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
             )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._indexes_checked = True
         self.needs_index_rebuild = False
-        return truncated
+
+    def _reset_indexes_for_rebuild(self) -> None:
+        """Empty both indexes before a rebuild (``recover``, ``rebuild_indexes``), sized for what this
+        .log can need, not the preallocated maximum: a rebuild on a nearly full disk (a restart after
+        a crash) must not ask for megabytes it will trim right away."""
+        entries = self._rebuilt_index_entries()
+        time_entries = min(entries + 1, self.max_index_size // TimeIndex.ENTRY_SIZE)  # + the final one
+        self._reset_for_rebuild(self.offset_index, entries)
+        self._reset_for_rebuild(self.time_index, time_entries)
+
+    def _reset_for_rebuild(self, index: OffsetIndex | TimeIndex, entries: int) -> None:
+        """Empty ``index`` with room for ``entries``. On a disk too full for even that, it is left
+        empty: valid, lookups then scan the .log, and it is rebuilt when it is next found wanting."""
+        try:
+            index.reset(entries * index.ENTRY_SIZE)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            log.warning("no room to rebuild %s (%s): left empty, lookups scan %s",
+                        index.path, exc.strerror, self.log_path.name)
+            index.reset(0)
+
+    def _rebuilt_index_entries(self) -> int:
+        """The most offset-index entries ``recover`` can write: one per batch starting more than
+        ``index.interval.bytes`` after the previous entry (the first after position 0), so entry k
+        starts at or after k * (interval + 1). Capped by the offset index's maximum size."""
+        possible = max(self.size - 1, 0) // (self.index_interval_bytes + 1)
+        return min(possible, self.max_index_size // OffsetIndex.ENTRY_SIZE)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: scan from the last offset-index entry to the end."""
@@ -379,6 +810,14 @@ class LogSegment:
                 return
             yield header
             position += header.size
+
+    def last_intact_batch(self) -> BatchHeader | None:
+        """The last batch whose header reads, found past any damage (None when there is none)."""
+        position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
+        last = None
+        for last in self.iter_intact_headers(position):  # noqa: B007
+            pass
+        return last
 
     def last_batch(self) -> BatchHeader | None:
         """The last complete batch of the segment, or None when it is empty."""
@@ -408,13 +847,29 @@ class LogSegment:
             self._fd_value = -1
 
     def rename_suffix(self, suffix: str) -> list[Path]:
-        """Append ``suffix`` (``.deleted``) to every file of the segment; returns the new paths."""
+        """Append ``suffix`` (``.deleted``) to every file of the segment; returns the new paths.
+
+        The segment then refers to the renamed files and is read-only (as Kafka's changeFileSuffixes):
+        a reader still holding it reads them until they are removed, and nothing recreates a file.
+        """
         renamed = []
-        for path in (self.log_path, self.index_path, self.time_index_path):
-            if path.exists():
+        self.writable = False
+        with self._lock:
+            files = (
+                ("log_path", None),
+                ("index_path", self._offset_index),
+                ("time_index_path", self._time_index),
+            )
+            for name, index in files:
+                path = getattr(self, name)
                 target = path.with_name(path.name + suffix)
-                os.replace(path, target)
-                renamed.append(target)
+                if path.exists():
+                    if isinstance(index, (OffsetIndex, TimeIndex)):
+                        index.rename_to(target)  # an open index follows its file
+                    else:
+                        os.replace(path, target)
+                    renamed.append(target)
+                setattr(self, name, target)
         return renamed
 
     def __repr__(self) -> str:
@@ -455,6 +910,55 @@ def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:
     if segment_jitter_ms <= 0:
         return 0
     return random.randrange(min(segment_jitter_ms, segment_ms))
+
+
+class _Suspect(Exception):
+    """Internal: the header walk met something only a CRC-checked survey can judge."""
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes [position, end) of a .log that hold no intact batch, and what is wrong there."""
+
+    position: int
+    end: int
+    reason: str
+
+
+class _Entries:
+    """An offset index's entries in use, for surveys: which entry sits at a position, and where."""
+
+    def __init__(self, offsets: np.ndarray, positions: np.ndarray):
+        self._offsets, self._positions = offsets, positions
+
+    @classmethod
+    def none(cls) -> _Entries:
+        """No entries: a survey with no index to vouch for anything."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def slot_at_or_before(self, offset: int) -> int:
+        """The slot of the last entry whose offset is <= ``offset`` (-1 when none)."""
+        return int(np.searchsorted(self._offsets, offset, side="right")) - 1
+
+    def position(self, slot: int) -> int:
+        return int(self._positions[slot])
+
+    def at(self, position: int) -> int | None:
+        """The offset of the entry at ``position``, or None."""
+        slot = int(np.searchsorted(self._positions, position))
+        if slot < len(self._positions) and int(self._positions[slot]) == position:
+            return int(self._offsets[slot])
+        return None
+
+    def inside(self, lo: int, hi: int) -> bool:
+        """Whether an entry points into [lo, hi)."""
+        slot = int(np.searchsorted(self._positions, lo))
+        return slot < len(self._positions) and int(self._positions[slot]) < hi
+
+
+def _follows(a: BatchHeader | None, b: BatchHeader | None) -> bool:
+    """True when v2 batch ``b`` starts right after ``a`` ends (offsets with no gap)."""
+    return a is not None and b is not None and b.magic >= 2 and b.base_offset == a.last_offset + 1
 
 
 class _EmptyIndex:

@@ -1,45 +1,83 @@
 """``ValueStream``: the ``records`` view of a log - every user record value + ``b"\\n"``, in offset order.
 
-Byte positions are counted from the log start offset (null values count as empty lines). The stream
-keeps, per segment, the number of bytes its records contribute; a sealed segment is scanned once, the
-active one only from where the last scan stopped, so :meth:`ValueStream.size` costs one look at the
-new batches. To serve :meth:`ValueStream.read`, a segment also gets a batch table (file position and
-first stream byte of every batch), kept for the active segment and a few recently read sealed ones.
+Positions are stable: byte ``p`` of the stream always holds the same byte of the same record, from the
+first record the stream saw (the log start when it was created) on, whatever rolls and retention do.
+The stream keeps, per segment, the number of bytes its records contribute; each segment is scanned
+through its own file, by file position, up to the size that file had when scanned - a scan never runs
+on into a segment rolled after it. A sealed segment is scanned once, the active one only from where
+the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To serve reads, a
+segment also gets a batch table (file position and first stream byte of every batch), kept for the
+active segment and a few recently read sealed ones.
 
-When retention removes old segments, positions shift down by the bytes they held (the file is then
-shorter, as after a truncation - ``tail -f`` says so and carries on).
+Retention: a segment the log deletes stays readable while its renamed ``.deleted`` file exists (Kafka's
+``file.delete.delay.ms``, which exists for readers in the middle of it). Once it is gone its bytes
+become the stream's *hole*: they still count in positions and in :meth:`size` (which therefore never
+shrinks, so ``tail -f`` never sees a truncation), but no longer read. Each open file reads through a
+:class:`StreamReader`: a new reader whose first read lies before the log start offset starts there
+(``cat records`` after retention shows the log from its start offset); a reader never sees a torn or
+repeated line: one overtaken mid-record by the deletion gets OffsetOutOfRangeError, one overtaken
+between records gets end of file, and when it asks again it goes on from the log start offset.
+The hole lasts only while someone may hold positions: with no reader open and no :meth:`size` asked
+for longer than the kernel caches it, the stream drops its hole and begins at the log start offset
+again (so ``tail -n`` finds every line before the end, as in a file that never had a hole).
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header
+from seglogfs.errors import OffsetOutOfRangeError
+from seglogfs.log import DELETED_SUFFIX
+from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header, validate_batch
+from seglogfs.segment import LogSegment
+
+log = logging.getLogger(__name__)
 
 _NEWLINE = 10
 _TABLES_KEPT = 8  # sealed segments whose batch table stays in memory
+#: how long after the last size() with no reader open the stream may drop its hole: longer than the
+#: mount's attribute timeout (1 s), so no kernel still caches a size that counts it
+QUIET_BEFORE_REBASE_S = 1.5
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Segment:
     """What the stream knows about one segment."""
 
-    base_offset: int
-    path: str
-    next_offset: int  # scanned up to here
-    nbytes: int = 0
+    segment: LogSegment
+    scanned: int = 0  # file position scanned up to
+    nbytes: int = 0  # stream bytes of the records scanned so far
+    sealed: bool = False  # a later segment exists: the file will not grow
     complete: bool = False  # sealed and fully scanned
+    dropped: bool = False  # retention removed it from the log; readable while its file exists
+    min_offset: int = -1  # batches wholly below it are not part of the stream (the log start offset)
+    next_offset: int = -1  # the offset after the last batch scanned (the base offset before any)
     # batch table: positions in the .log, sizes, and each batch's first byte within this segment's part
     positions: list[int] | None = field(default_factory=list)
     sizes: list[int] | None = field(default_factory=list)
     starts: list[int] | None = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.next_offset < 0:
+            self.next_offset = self.segment.base_offset
+
+    @property
+    def base_offset(self) -> int:
+        return self.segment.base_offset
+
+
+class _Gone(Exception):
+    """A dropped segment's file disappeared while it was being read (it is now part of the hole)."""
 
 
 def batch_values(buf: Any, header: BatchHeader, path: str | None = None) -> bytes:
@@ -65,61 +103,134 @@ def batch_value_bytes(buf: Any, header: BatchHeader, path: str | None = None) ->
 
 
 class ValueStream:
-    """The ``records`` file of ``log``: :meth:`size` and :meth:`read` by byte position."""
+    """The ``records`` file of ``log``: :meth:`size`, and reads by stable byte position."""
 
     def __init__(self, log: Any) -> None:
         self.log = log
         self._lock = threading.RLock()
+        self._hole = 0  # stream bytes of segments retention deleted and that can no longer be read
+        self._hole_next_offset: int | None = None  # the offset after the hole's last record
         self._segments: OrderedDict[int, _Segment] = OrderedDict()  # base offset -> state, oldest first
         self._with_table: OrderedDict[int, None] = OrderedDict()  # LRU of sealed segments with a table
         self._cached: tuple[int, int, bytes] | None = None  # (segment base, batch position, values)
+        self._readers = 0  # open StreamReaders
+        self._last_size = 0.0  # time.monotonic() of the last size()
 
     # ------------------------------------------------------------------ scanning
-    @staticmethod
-    def _read_batch(seg: _Segment, position: int, size: int) -> bytes:
-        fd = os.open(seg.path, os.O_RDONLY | os.O_CLOEXEC)
+    def _open(self, seg: _Segment) -> int:
+        """A descriptor of ``seg``'s .log, the stream's own: the segment's may be closed (and its number
+        reused) when retention purges the files, while the stream still reads them. _Gone when the
+        files are gone."""
+        path = str(seg.segment.log_path)
+        for candidate in (path, path if path.endswith(DELETED_SUFFIX) else path + DELETED_SUFFIX):
+            try:
+                return os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # renamed .deleted meanwhile
+        self._raise_if_gone(seg)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+
+    def _scan(self, seg: _Segment) -> None:
+        """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now."""
+        segment = seg.segment
+        end = segment.size  # only complete batches lie below it
+        fd = self._open(seg)
         try:
-            return os.pread(fd, size, position)
+            for header, data in segment.iter_batches(seg.scanned, end, fd=fd):
+                local = header.at(0)
+                validate_batch(data, local, path=segment.log_path)
+                if header.last_offset >= seg.min_offset:
+                    if seg.positions is not None:
+                        seg.positions.append(header.position)
+                        seg.sizes.append(header.size)
+                        seg.starts.append(seg.nbytes)
+                    seg.nbytes += batch_value_bytes(data, local, str(segment.log_path))
+                seg.scanned = header.position + header.size
+                seg.next_offset = header.next_offset
         finally:
             os.close(fd)
+        if seg.sealed:
+            seg.complete = True  # a torn or garbage tail of a sealed segment never completes
 
-    def _scan(self, seg: _Segment, end: int | None, keep_table: bool) -> None:
-        """Count the batches of ``seg`` from ``seg.next_offset`` (up to ``end``, the next segment)."""
-        table = keep_table and seg.positions is not None
-        for _segment, header, data in self.log.iter_batches(seg.next_offset, end):
-            if header.next_offset <= seg.next_offset:
+    def _check_continuity(self, newest: _Segment | None, base_offset: int) -> None:
+        """Before counting a segment starting at ``base_offset``: when the records before it are not
+        the last ones counted (segments retention deleted and purged between two looks), they are
+        lost and no position can stand for them. Everything counted becomes hole, plus one byte no
+        one can read: a reader at the end of what it saw meets the hole, never a silent jump."""
+        expected = self._hole_next_offset if newest is None else newest.next_offset
+        if expected is None or base_offset == expected or (newest is not None and not newest.complete):
+            return
+        if newest is not None:
+            self._forget_through(newest)
+        self._hole += 1
+        log.warning(
+            "%s: records: offsets %d to %d were deleted by retention before anyone read them",
+            self.log.name, expected, base_offset - 1,
+        )
+
+    def _scan_incomplete(self, *, sealed_only: bool = False) -> None:
+        """Scan every segment not complete yet; one whose files are gone becomes hole."""
+        for seg in list(self._segments.values()):
+            if seg.complete or seg.base_offset not in self._segments or (sealed_only and not seg.sealed):
                 continue
-            nbytes = batch_value_bytes(data, header.at(0), seg.path)
-            if table:
-                seg.positions.append(header.position)
-                seg.sizes.append(header.size)
-                seg.starts.append(seg.nbytes)
-            seg.nbytes += nbytes
-            seg.next_offset = header.next_offset
-        if end is not None:
-            seg.complete = True
+            try:
+                self._scan(seg)
+            except _Gone:
+                self._forget_through(seg)
+                continue
+            if seg.complete:
+                self._remember_table(seg)
+
+    def _raise_if_gone(self, seg: _Segment) -> None:
+        """_Gone when ``seg``'s file is missing because retention deleted it (maybe since the last
+        refresh); otherwise nothing (the caller re-raises its error)."""
+        if seg.dropped or all(s is not seg.segment for s in self.log.segments):
+            seg.dropped = seg.sealed = True
+            raise _Gone from None
 
     def _refresh(self) -> list[_Segment]:
-        """Bring every segment's totals up to date; the segments in order."""
-        segments = self.log.segments
-        bases = [s.base_offset for s in segments]
-        live = set(bases)
-        for base in [b for b in self._segments if b not in live]:
-            del self._segments[base]
-            self._with_table.pop(base, None)
-        out = []
-        for i, segment in enumerate(segments):
+        """Bring every segment's totals up to date; the known segments, oldest first."""
+        live = self.log.segments  # a snapshot: the list is replaced, never changed in place
+        # Deleted segments still on disk, read after the live ones: one deleted in between is in both.
+        retired = [s for s in self.log.deleted_segments if all(s is not x for x in live)]
+        live_index = {s.base_offset: k for k, s in enumerate(live)}
+        for seg in self._segments.values():
+            k = live_index.get(seg.base_offset)
+            if k is None:
+                seg.dropped = True
+            seg.sealed = seg.sealed or k is None or k + 1 < len(live)
+        self._scan_incomplete(sealed_only=True)  # their final next offsets tell whether records were lost
+        candidates = [*retired, *live]
+        for k, segment in enumerate(candidates):
             state = self._segments.get(segment.base_offset)
             if state is None:
-                state = _Segment(segment.base_offset, str(segment.log_path), segment.base_offset)
-                self._segments[segment.base_offset] = state
-            if not state.complete:
-                end = bases[i + 1] if i + 1 < len(bases) else None
-                self._scan(state, end, keep_table=True)
-                if state.complete:
-                    self._remember_table(state)
-            out.append(state)
-        return out
+                newest = next(reversed(self._segments.values()), None)
+                if newest is not None and segment.base_offset < newest.base_offset:
+                    continue  # older than what the stream already counts: not part of it
+                self._check_continuity(newest, segment.base_offset)
+                # The stream begins at the log start offset, which may lie inside its first segment.
+                first = -1 if self._segments or self._hole else self.log.start_offset
+                state = self._segments[segment.base_offset] = _Segment(segment, min_offset=first)
+            state.dropped = state.dropped or k < len(retired)
+            state.sealed = state.sealed or state.dropped or k + 1 < len(candidates)
+        self._scan_incomplete()
+        for seg in list(self._segments.values()):
+            if not seg.dropped or os.path.exists(seg.segment.log_path):  # renamed .deleted until purged
+                break
+            self._forget_through(seg)  # purged: its bytes can no longer be read
+        return list(self._segments.values())
+
+    def _forget_through(self, gone: _Segment) -> None:
+        """Turn ``gone`` and every segment before it into hole."""
+        while self._segments:
+            base, seg = self._segments.popitem(last=False)
+            self._with_table.pop(base, None)
+            self._hole += seg.nbytes
+            self._hole_next_offset = seg.next_offset
+            if seg is gone:
+                break
+        if self._cached is not None and self._cached[0] not in self._segments:
+            self._cached = None
 
     def _remember_table(self, seg: _Segment) -> None:
         self._with_table[seg.base_offset] = None
@@ -130,61 +241,187 @@ class ValueStream:
             if old is not None:
                 old.positions = old.sizes = old.starts = None
 
-    def _table(self, seg: _Segment, end: int | None) -> _Segment:
+    def _table(self, seg: _Segment) -> _Segment:
         """``seg`` with its batch table (rescanning a sealed segment whose table was dropped)."""
         if seg.positions is None:
-            fresh = _Segment(seg.base_offset, seg.path, seg.base_offset)
-            self._scan(fresh, end, keep_table=True)
+            fresh = _Segment(seg.segment, sealed=True, dropped=seg.dropped, min_offset=seg.min_offset)
+            self._scan(fresh)
             seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
         if seg.complete:
             self._remember_table(seg)
         return seg
-
-    # ------------------------------------------------------------------ public
-    def size(self) -> int:
-        """The current length of the stream in bytes."""
-        with self._lock:
-            return sum(s.nbytes for s in self._refresh())
 
     def _values(self, seg: _Segment, i: int) -> bytes:
         position = seg.positions[i]
         cached = self._cached
         if cached is not None and cached[0] == seg.base_offset and cached[1] == position:
             return cached[2]
-        buf = self._read_batch(seg, position, seg.sizes[i])
-        header = read_batch_header(buf, 0, path=seg.path)
-        values = batch_values(buf, header, seg.path)
+        fd = self._open(seg)
+        try:
+            buf = os.pread(fd, seg.sizes[i], position)
+        finally:
+            os.close(fd)
+        header = read_batch_header(buf, 0, path=seg.segment.log_path)
+        values = batch_values(buf, header, str(seg.segment.log_path))
         self._cached = (seg.base_offset, position, values)
         return values
 
-    def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``position`` (``b""`` at or past the end)."""
-        if size <= 0 or position < 0:
-            return b""
-        with self._lock:
-            segments = self._refresh()
-            out: list[bytes] = []
-            wanted = size
-            seg_start = 0
-            for k, seg in enumerate(segments):
-                seg_end = seg_start + seg.nbytes
-                if position >= seg_end:
-                    seg_start = seg_end
-                    continue
-                end = segments[k + 1].base_offset if k + 1 < len(segments) else None
-                self._table(seg, end)
+    def _read_at(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from stream ``position`` >= the hole (the caller holds the lock)."""
+        out: list[bytes] = []
+        wanted = size
+        seg_start = self._hole
+        for seg in list(self._segments.values()):
+            seg_end = seg_start + seg.nbytes
+            if position >= seg_end:
+                seg_start = seg_end
+                continue
+            try:
+                self._table(seg)
                 rel = position - seg_start
                 i = bisect.bisect_right(seg.starts, rel) - 1
-                while wanted > 0 and i < len(seg.positions):
+                while wanted > 0 and i < len(seg.positions) and rel < seg.nbytes:
                     values = self._values(seg, i)
-                    skip = rel - seg.starts[i]
-                    piece = values[skip : skip + wanted]
+                    piece = values[rel - seg.starts[i] : rel - seg.starts[i] + wanted]
                     out.append(piece)
                     wanted -= len(piece)
                     rel += len(piece)
                     position += len(piece)
                     i += 1
-                if wanted <= 0:
+            except _Gone:
+                if out:
+                    break  # what was read before is whole: the rest is the next read's business
+                self._forget_through(seg)
+                raise
+            if wanted <= 0:
+                break
+            seg_start = seg_end
+        return b"".join(out)
+
+    # ------------------------------------------------------------------ public
+    def size(self) -> int:
+        """The current length of the stream in bytes (it never shrinks while a reader is open)."""
+        with self._lock:
+            self._maybe_rebase()
+            self._last_size = time.monotonic()
+            segments = self._refresh()
+            return self._hole + sum(s.nbytes for s in segments)
+
+    def _maybe_rebase(self) -> None:
+        """With no reader open and no recent size(), begin the stream at the log start offset again:
+        nobody can see the positions shift, and ``tail -n`` then finds every line before the end."""
+        if self._readers or time.monotonic() - self._last_size < QUIET_BEFORE_REBASE_S:
+            return
+        dropped = [seg for seg in self._refresh() if seg.dropped]  # they lead: segments are in order
+        if dropped:
+            self._forget_through(dropped[-1])
+        self._hole = 0
+
+    def bounds(self) -> tuple[int, int]:
+        """(The first stream position that can still be read, i.e. the end of the hole; the position of
+        the log start offset.) Between them lie segments retention deleted that are still readable."""
+        with self._lock:
+            segments = self._refresh()  # may turn segments into hole: read the hole after it
+            live_from = self._hole
+            for seg in segments:
+                if not seg.dropped:
                     break
-                seg_start = seg_end
-            return b"".join(out)
+                live_from += seg.nbytes
+            return self._hole, live_from
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from stream ``position`` (``b""`` at or past the end).
+
+        OffsetOutOfRangeError when ``position`` lies in the hole (records retention removed).
+        """
+        if size <= 0 or position < 0:
+            return b""
+        with self._lock:
+            self._refresh()
+            return self._read_refreshed(position, size)
+
+    def _read_refreshed(self, position: int, size: int) -> bytes:
+        """:meth:`read`, by a caller holding the lock that has just refreshed."""
+        for attempt in range(len(self._segments) + 2):
+            if attempt:
+                self._refresh()
+            if position < self._hole:
+                break
+            try:
+                return self._read_at(position, size)
+            except _Gone:
+                continue
+        raise OffsetOutOfRangeError(
+            f"bytes {position}.. of the records of log {self.log.name} were removed by retention"
+        )
+
+    def reader(self) -> StreamReader:
+        """A reader for one open file of the stream; :meth:`StreamReader.close` it when done."""
+        with self._lock:
+            self._maybe_rebase()
+            self._readers += 1
+        return StreamReader(self)
+
+    def _reader_closed(self) -> None:
+        with self._lock:
+            self._readers -= 1
+
+
+class StreamReader:
+    """One open ``records`` file: reads by position, as :meth:`ValueStream.read`, except where the
+    stream's hole begins (see the module docstring): a reader never sees a torn or repeated line."""
+
+    def __init__(self, stream: ValueStream) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._skip = 0  # added to every position asked: the bytes of the hole this reader jumped over
+        self._started = False  # a read was answered (bytes, or the end of the stream)
+        self._next = 0  # the position after the last bytes returned
+        self._at_line_start = True  # the last bytes returned ended a line
+        self._eof_in_hole: int | None = None  # position of the last read answered b"" for the hole
+        self._closed = False
+
+    def close(self) -> None:
+        """The file is closed (the stream may then drop its hole, see :meth:`ValueStream.size`)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.stream._reader_closed()
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes at this reader's ``position``."""
+        if size <= 0 or position < 0:
+            return b""
+        with self._lock, self.stream._lock:  # one refresh (in bounds) serves the read
+            while True:
+                target = position + self._skip
+                readable, live = self.stream.bounds()
+                fresh = not self._started and target < live
+                if fresh or (target < readable and position == self._eof_in_hole):
+                    # A new reader starts at the log start offset; one that met the hole and asks again
+                    # (tail -f after its end of file) goes on from there.
+                    if not fresh:
+                        log.warning(
+                            "%s: a records reader fell behind retention: %d bytes of records skipped",
+                            self.stream.log.name, live - target,
+                        )
+                    self._skip += live - target
+                    self._eof_in_hole = None
+                    target = live
+                elif target < readable:
+                    if position == self._next and not self._at_line_start:
+                        raise OffsetOutOfRangeError(
+                            f"the record being read from the records of log {self.stream.log.name} "
+                            f"was removed by retention"
+                        )
+                    self._eof_in_hole = position
+                    return b""
+                try:
+                    data = self.stream._read_refreshed(target, size)
+                except OffsetOutOfRangeError:
+                    continue  # the hole grew meanwhile: decide again
+                self._started = True  # one that opened an empty log follows it from its start
+                if data:
+                    self._next = position + len(data)
+                    self._at_line_start = data[-1] == _NEWLINE
+                return data

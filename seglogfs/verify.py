@@ -12,10 +12,14 @@ A segment is sound when:
   (Kafka writes it on roll, and retention reads it);
 * the index files exist, pass Kafka's sanity check, and are trimmed unless the segment is the active
   (last) one, which a running writer keeps preallocated;
-* producer snapshots have a valid CRC-32C.
+* producer snapshots have a valid CRC-32C;
+* every log dir still has its ``.log`` files.
 
-Every problem names the file and the byte position in it. Reading needs no lock: only complete
-batches are looked at.
+Every finding names the file and the byte position in it. Findings are damage (records unreadable,
+offsets or index entries wrong, a log without its ``.log`` files) or notes: conditions that recovery
+repairs without loss, as a broker's crash or an older broker leaves them (a missing index, an untrimmed
+index tail, no final time-index entry, an index left behind by a deleted segment). Reading needs no
+lock: only complete batches are looked at.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import TextIO
 import numpy as np
 from crc32c import crc32c
 
+from .checkpoint import is_kafka_special_dir
 from .dump import open_readonly
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
@@ -46,10 +51,11 @@ class Problem:
     path: Path
     position: int | None
     message: str
+    note: bool = False  # recovery repairs it without loss: not damage
 
     def __str__(self) -> str:
         where = f"{self.path}: position {self.position}" if self.position is not None else str(self.path)
-        return f"{where}: {self.message}"
+        return f"{where}: {'note: ' if self.note else ''}{self.message}"
 
 
 @dataclass
@@ -63,11 +69,17 @@ class VerifyReport:
     records: int = 0  # user records: decoded with ``decode_records``, else the batch headers' counts
     index_entries: int = 0  # .index entries in use
     time_index_entries: int = 0  # .timeindex entries in use
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # damage
+    notes: list[Problem] = field(default_factory=list)  # repaired by recovery without loss
 
     @property
     def ok(self) -> bool:
+        """No damage (notes allowed)."""
         return not self.problems
+
+    def note(self, path: Path, position: int | None, message: str) -> None:
+        """Record a condition that recovery repairs without loss."""
+        self.notes.append(Problem(path, position, message, note=True))
 
 
 class Progress:
@@ -123,11 +135,31 @@ def _segment_logs(log_dir: Path) -> list[Path]:
     return sorted(logs, key=lambda p: int(p.name.split(".")[0]))
 
 
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
+_LOG_DIR_FILES = ("partition.metadata", "leader-epoch-checkpoint")
+
+
+def _log_files(directory: Path) -> list[str]:
+    """Names of the files in ``directory`` that only a log dir holds (segment files, per-log files)."""
+    found = []
+    for path in directory.iterdir():
+        stem, dot, suffix = path.name.partition(".")
+        if path.name in _LOG_DIR_FILES or (stem.isdigit() and dot and f".{suffix}" in _SEGMENT_SUFFIXES):
+            found.append(path.name)
+    return sorted(found)
+
+
+def _no_log_files(log_dir: Path, files: list[str]) -> Problem:
+    shown = ", ".join(files[:5]) + (f", ... ({len(files)} files)" if len(files) > 5 else "")
+    return Problem(log_dir, None, f"no .log files: the log's records are gone ({shown})")
+
+
 def find_segments(paths: Iterable[str | Path]) -> tuple[list[list[Path]], list[Problem]]:
     """Group the ``.log`` files to check by log dir, oldest segment first.
 
     A path may be a data dir (its subdirectories holding segments), a log dir, or a segment file
-    (``.log``, ``.index`` or ``.timeindex``: the whole segment is checked).
+    (``.log``, ``.index`` or ``.timeindex``: the whole segment is checked). A log dir that holds a
+    log's other files but no ``.log`` is returned as a problem: its records are gone.
     """
     groups: dict[Path, set[Path]] = {}
     problems: list[Problem] = []
@@ -140,15 +172,14 @@ def find_segments(paths: Iterable[str | Path]) -> tuple[list[list[Path]], list[P
             else:
                 problems.append(Problem(path, None, "not a segment file (.log, .index or .timeindex)"))
         elif path.is_dir():
-            own = _segment_logs(path)
-            if own or any(path.glob("*.index")) or any(path.glob("*.timeindex")):
-                groups.setdefault(path, set()).update(own)
-                continue
-            subdirs = sorted(p for p in path.iterdir() if p.is_dir())
-            for sub in subdirs:
-                logs = _segment_logs(sub)
+            # A log dir holds segment or per-log files; anything else is a data dir of log dirs.
+            candidates = [path] if _log_files(path) else sorted(p for p in path.iterdir() if p.is_dir())
+            for log_dir in candidates:
+                logs = _segment_logs(log_dir)
                 if logs:
-                    groups.setdefault(sub, set()).update(logs)
+                    groups.setdefault(log_dir, set()).update(logs)
+                elif not is_kafka_special_dir(log_dir.name) and (files := _log_files(log_dir)):
+                    problems.append(_no_log_files(log_dir, files))  # a "-delete" dir may be emptied
         else:
             problems.append(Problem(path, None, "no such file or directory"))
     ordered = [sorted(files, key=lambda p: int(p.name.split(".")[0])) for _, files in sorted(groups.items())]
@@ -254,37 +285,36 @@ def _bare(exc: CorruptRecordError) -> str:
     return str(exc).split(" in ", 1)[0] if exc.path else str(exc)
 
 
-def _drop_zero_tail(index: OffsetIndex | TimeIndex, path: Path, active: bool, problems: list[Problem]) -> int:
+def _drop_zero_tail(index: OffsetIndex | TimeIndex, path: Path, active: bool, report: VerifyReport) -> int:
     """Limit ``index`` to its entries before a zero-filled tail, then run Kafka's sanity check.
 
     The active segment's index is preallocated while a writer runs, so its tail is expected; any
-    other segment's index must be trimmed (the broker would take the zeros for entries).
+    other segment's index should be trimmed (a crash between a roll and the trim leaves the zeros,
+    which recovery trims).
     """
     n = index.entries_before_zero_tail()
     if n < index.entries:
         if not active:
-            problems.append(
-                Problem(
-                    path,
-                    n * index.ENTRY_SIZE,
-                    f"{index.entries - n} zero-filled entries after the last one (not trimmed)",
-                )
+            report.note(
+                path,
+                n * index.ENTRY_SIZE,
+                f"{index.entries - n} zero-filled entries after the last one "
+                "(not trimmed; recovery trims it)",
             )
         index.limit_entries(n)
     try:
         index.sanity_check()
     except CorruptIndexError as exc:
-        problems.append(Problem(path, None, f"fails Kafka's sanity check: {exc}"))
+        report.problems.append(Problem(path, None, f"fails Kafka's sanity check: {exc}"))
     return n
 
 
-def _check_offset_index(
-    path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]
-) -> int:
+def _check_offset_index(path: Path, base: int, batches: _Batches, active: bool, report: VerifyReport) -> int:
     """Check the .index against the batch table; returns its entries in use."""
+    problems = report.problems
     index = OffsetIndex(path, base, writable=False)
     try:
-        n = _drop_zero_tail(index, path, active, problems)
+        n = _drop_zero_tail(index, path, active, report)
         offsets, positions = index.to_arrays()
     finally:
         index.close()
@@ -322,11 +352,12 @@ def _check_offset_index(
     return n
 
 
-def _check_time_index(path: Path, base: int, batches: _Batches, active: bool, problems: list[Problem]) -> int:
+def _check_time_index(path: Path, base: int, batches: _Batches, active: bool, report: VerifyReport) -> int:
     """Check the .timeindex against the batch table; returns its entries in use."""
+    problems = report.problems
     index = TimeIndex(path, base, writable=False)
     try:
-        n = _drop_zero_tail(index, path, active, problems)
+        n = _drop_zero_tail(index, path, active, report)
         stamps, offsets = index.to_arrays()
     finally:
         index.close()
@@ -363,14 +394,12 @@ def _check_time_index(path: Path, base: int, batches: _Batches, active: bool, pr
     if not active and len(bmax):
         seg_max = int(bmax.max())
         last_ts = int(stamps[-1]) if n else -1
-        if seg_max >= 0 and last_ts != seg_max:
-            problems.append(
-                Problem(
-                    path,
-                    max(n - 1, 0) * 12,
-                    f"last entry timestamp {last_ts} is not the segment's max timestamp {seg_max} "
-                    "(written on roll; retention reads it)",
-                )
+        if seg_max >= 0 and last_ts < seg_max:  # a larger one is a wrong entry, reported above
+            report.note(
+                path,
+                max(n - 1, 0) * 12,
+                f"last entry timestamp {last_ts} is not the segment's max timestamp {seg_max} "
+                "(written on roll, retention reads it; recovery writes it again)",
             )
     return n
 
@@ -399,10 +428,10 @@ def verify_segment(
         path = stem.with_name(stem.name + suffix)
         if not path.exists():
             if size > 0:
-                report.problems.append(Problem(path, None, "missing (Kafka would rebuild it on recovery)"))
+                report.note(path, None, "missing (recovery rebuilds it)")
             continue
         try:
-            entries = check(path, base, batches, active, report.problems)
+            entries = check(path, base, batches, active, report)
             if suffix == ".index":
                 report.index_entries += entries
             else:
@@ -415,11 +444,17 @@ def verify_segment(
 def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> None:
     """Segment-level checks of one log dir: orphan indexes, overlapping segments, producer snapshots."""
     bases = {p.name.split(".")[0] for p in logs}
+    first_base = min((int(b) for b in bases), default=0)
     for suffix in ("*.index", "*.timeindex"):
         for p in sorted(log_dir.glob(suffix)):
             stem = p.name.split(".")[0]
             if stem.isdigit() and stem not in bases and not (log_dir / f"{stem}.log").exists():
-                report.problems.append(Problem(p, None, "index without a .log (Kafka deletes it at load)"))
+                if int(stem) < first_base:  # retention deleted the segment; a crash kept its index
+                    report.note(p, None, "index without a .log, below the first segment (deleted at load)")
+                else:
+                    report.problems.append(
+                        Problem(p, None, "index without a .log: that segment's records are gone")
+                    )
     for snap in sorted(log_dir.glob("*.snapshot")):
         data = snap.read_bytes()
         if len(data) < 10 or int.from_bytes(data[2:6], "big") != crc32c(data[6:]):
@@ -478,15 +513,22 @@ def verify_paths(
     return report
 
 
-def main(paths: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Run ``seglogfs verify``: problems on ``out``, progress and summary on ``err``; 0 when sound."""
+def main(
+    paths: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr, *, strict: bool = False
+) -> int:
+    """Run ``seglogfs verify``: damage and notes on ``out``, progress and summary on ``err``.
+
+    Exit 0 without damage, 1 with damage (or, when ``strict``, with notes too).
+    """
     report = verify_paths(paths, progress_stream=err if err.isatty() else None)
-    for problem in report.problems:
-        out.write(f"{problem}\n")
+    for finding in sorted(report.problems + report.notes, key=lambda p: (str(p.path), p.position or 0)):
+        out.write(f"{finding}\n")
     out.flush()
     verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    if report.notes:
+        verdict += f", {len(report.notes)} note(s)"
     err.write(
         f"verified {report.logs} log(s), {report.segments} segment(s), {report.batches} batch(es), "
         f"{report.bytes} bytes: {verdict}\n"
     )
-    return 0 if report.ok else 1
+    return 0 if report.ok and not (strict and report.notes) else 1

@@ -89,7 +89,9 @@ class Seglogd:
                 raise AssertionError(f"seglogd exited with {self.proc.returncode}:\n{self.stderr()}")
             if mounted(self.mount):
                 try:
-                    os.stat(self.mount)  # a stale predecessor's mount is listed too, but fails here
+                    # a stale predecessor's mount is listed too, but fails here; statfs always reaches
+                    # the daemon, while stat() may be answered from the kernel's attribute cache
+                    os.statvfs(self.mount)
                     return
                 except OSError:
                     pass

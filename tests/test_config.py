@@ -9,6 +9,7 @@ import pytest
 from seglogd.config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config, parse_config
 from seglogfs.config import LONG_MAX, LogConfig, parse_duration_ms, parse_size
 from seglogfs.errors import ConfigError
+from seglogfs.log import Log
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = 1024**3
@@ -149,6 +150,24 @@ def test_none_compression_is_kafkas_uncompressed() -> None:
     assert c.codec == "none"
 
 
+def test_segment_index_bytes_minimum_holds_one_entry_of_each_index(tmp_path) -> None:
+    """Issue 7 #9: 4-11 passed validation although a .timeindex could not hold one entry; the least
+    accepted value, 12, makes a log that appends, rolls (one batch a segment) and reopens."""
+    for value in (4, 8, 11):
+        with pytest.raises(ConfigError, match=rf"segment.index.bytes={value}: must be at least 12: room"):
+            LogConfig.from_mapping({"segment.index.bytes": value})
+    cfg = LogConfig.from_mapping({"segment.index.bytes": 12, "index.interval.bytes": 0})
+    with Log.open(tmp_path / "tiny-0", cfg, create=True) as log:
+        for i in range(5):
+            log.append_values([b"a%d" % i, b"b%d" % i])
+    with Log.open(tmp_path / "tiny-0", cfg, clean_shutdown=True) as log:
+        expected = [b"%s%d" % (c, i) for i in range(5) for c in (b"a", b"b")]
+        assert [r.value for r in log.iter_records()] == expected
+        assert log.read(7).value == b"b3"
+        log.append_values([b"more"])
+        assert log.end_offset == 11
+
+
 def test_index_size_rounding() -> None:
     c = LogConfig.from_mapping({"segment.index.bytes": 67})
     assert c.segment_index_bytes == 67  # stored as given, like Kafka
@@ -246,7 +265,9 @@ def test_shadowed_key_is_still_validated() -> None:
         ("log.segment.bytes", "10B", "at least 14"),
         ("segment.ms", 0, "at least 1"),
         ("segment.jitter.ms", -1, "at least 0"),
-        ("segment.index.bytes", 3, "at least 4"),
+        ("segment.index.bytes", 3, "at least 12"),
+        ("segment.index.bytes", 11, "one 12-byte .timeindex entry"),  # issue 7 #9: 4-11 crashed start
+        ("log.index.size.max.bytes", 8, "at least 12"),
         ("index.interval.bytes", -1, "at least 0"),
         ("retention.ms", -2, "at least -1"),
         ("retention.ms", "2h30", "not a number with an optional unit"),
@@ -443,3 +464,46 @@ def test_parse_config_from_text_and_home_expansion(monkeypatch: pytest.MonkeyPat
     assert cfg.data_dir == tmp_path / "d"
     assert cfg.mount_point == Path.cwd() / "m"
     assert cfg.logs == {} and cfg.defaults == LogConfig()
+
+
+def alias_bomb(levels: int = 7, fanout: int = 10) -> str:
+    """Mappings of ``fanout`` aliases to the level below, ``levels`` deep: fanout**levels leaves."""
+    keys = ", ".join(f"k{j}: x" for j in range(fanout))
+    lines = ["defaults:", f"  a0: &a0 {{{keys}}}"]
+    for level in range(1, levels + 1):
+        refs = ", ".join(f"k{j}: *a{level - 1}" for j in range(fanout))
+        lines.append(f"  a{level}: &a{level} {{{refs}}}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+def test_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(MINIMAL + alias_bomb())  # 10**7 nodes once expanded: minutes of validation
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    err = info.value
+    assert err.key == "<yaml>"
+    assert "aliases expand" in err.reason and "100000 nodes" in err.reason
+    # the first node whose expansion crosses the limit: a4 (10**5 leaves), line 3 + 5
+    assert err.reason.endswith(f"({path}, line 8)") and err.value.startswith("  a4: &a4 {")
+
+
+def test_yaml_recursive_alias_and_deep_nesting_are_config_errors() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(MINIMAL + "defaults: &d {segment.bytes: *d}\n")
+    assert "refers to a node that contains it" in info.value.reason and "line 3" in info.value.reason
+    with pytest.raises(ConfigError) as info:
+        parse_config(MINIMAL + "logs: " + "[" * 100_000)
+    assert "nested too deeply" in info.value.reason
+
+
+def test_yaml_aliases_within_the_budget_still_work() -> None:
+    cfg = parse_config(
+        MINIMAL
+        + "logs:\n  a-0: &common {retention.ms: 1d}\n  b-0: *common\n"
+        + "  c-0: {<<: *common, segment.bytes: 1MiB}\n"
+    )
+    retention = {name: c.retention_ms for name, c in cfg.logs.items()}
+    assert retention == dict.fromkeys(("a-0", "b-0", "c-0"), DAY_MS)
+    assert cfg.logs["c-0"].segment_bytes == 1 << 20

@@ -25,6 +25,7 @@ from seglogfs.fs.paths import Kind, parse_path
 from seglogfs.jsonl import parse_jsonl_line, parse_timestamp, record_to_jsonl
 from seglogfs.log import Log
 from seglogfs.records import ProducerRecord
+from seglogfs.segment import LogSegment
 from seglogfs.value_stream import ValueStream
 
 
@@ -214,15 +215,16 @@ def test_value_stream_keeps_sealed_totals(tmp_path: Path, monkeypatch: pytest.Mo
             lg.append_values([f"{i:04d}".encode() * 10])
         stream = ValueStream(lg)
         first = stream.size()
-        scanned: list[int | None] = []
-        real = lg.iter_batches
+        scanned: list[tuple[int, int]] = []
+        real = LogSegment.iter_batches
 
-        def spy(start: int | None = None, end: int | None = None):  # type: ignore[no-untyped-def]
-            scanned.append(start)
-            return real(start, end)
+        def spy(segment: LogSegment, start: int = 0, end: int | None = None, **kw):  # type: ignore[no-untyped-def]
+            scanned.append((segment.base_offset, start))
+            return real(segment, start, end, **kw)
 
-        monkeypatch.setattr(lg, "iter_batches", spy)
+        monkeypatch.setattr(LogSegment, "iter_batches", spy)
         assert stream.size() == first
-        assert scanned == [lg.end_offset]  # only the active segment, from where it stopped
+        active = lg.segments[-1]
+        assert scanned == [(active.base_offset, active.size)]  # only the active one, from where it stopped
     finally:
         lg.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seglogfs.errors import LogLockedError
-from seglogfs.lock import LOCK_FILE, LogLock, read_lock_holder
+from seglogfs.lock import DATA_DIR_LOCK_FILE, LOCK_FILE, LogLock, read_lock_holder
 
 HOLDER = """
 import sys
@@ -122,3 +122,28 @@ def test_missing_directory_is_an_os_error(tmp_path: Path) -> None:
 
 def test_read_lock_holder_without_file(tmp_path: Path) -> None:
     assert read_lock_holder(tmp_path) is None
+
+
+def test_a_writing_log_manager_locks_its_data_dir(tmp_path: Path) -> None:
+    from seglogfs.log_manager import LogManager
+
+    data = tmp_path / "data"
+    with LogManager(data):  # no log yet: only the data dir itself holds the lock
+        assert read_lock_holder(data, DATA_DIR_LOCK_FILE) == os.getpid()
+        with pytest.raises(LogLockedError) as info:
+            LogManager(data)
+        assert f"data dir {data} is locked for writing by pid {os.getpid()}" in str(info.value)
+        with LogManager(data, read_only=True) as reader:  # readers take no lock
+            assert reader.logs == {}
+    with LogManager(data) as again:  # released by close()
+        again.create_log("e-0")
+
+
+def test_lock_file_symlink_is_refused_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("precious\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / LOCK_FILE).symlink_to(target)
+    with pytest.raises(OSError):
+        LogLock(tmp_path / "d").acquire()
+    assert target.read_text() == "precious\n"

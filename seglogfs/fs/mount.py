@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,6 +33,9 @@ def mount_options(*, read_only: bool, allow_other: bool) -> dict[str, object]:
         "negative_timeout": 0.0,
         "ro": read_only,
         "allow_other": allow_other,
+        # The kernel checks every access against the modes, owner and group getattr shows (set by
+        # the `fuse:` config): without it allow_other would let any user append and create logs.
+        "default_permissions": True,
     }
 
 
@@ -56,20 +61,57 @@ def run_mount(
     mfusepy.FUSE(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, **options)
 
 
-def is_stale(mount_point: str | Path) -> bool:
-    """True when ``mount_point`` is a dead FUSE mount ("Transport endpoint is not connected")."""
-    try:
-        os.stat(mount_point)
-    except OSError as exc:
-        return exc.errno == 107  # ENOTCONN
-    return False
+_DEAD_CONNECTION = (errno.ENOTCONN, errno.ECONNABORTED)  # killed daemon; aborted connection
+
+
+def _mount_target(mount_point: str | Path) -> str:
+    """The absolute path the mount table shows for ``mount_point``, found without touching the
+    mount point itself (a dead FUSE mount answers most calls with ENOTCONN)."""
+    path = os.path.abspath(mount_point)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """Undo the kernel's octal escapes in /proc/self/mountinfo (``\\040`` is a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_fstype(mount_point: str | Path) -> str | None:
+    """The type (``fuse.seglogfs``, ``tmpfs``...) of the topmost mount on ``mount_point``, or None
+    when nothing is mounted there (per /proc/self/mountinfo)."""
+    target = _mount_target(mount_point)
+    fstype = None
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 7 or "-" not in fields[6:]:
+                continue
+            separator = fields.index("-", 6)
+            if _unescape_mountinfo(fields[4]) == target and separator + 1 < len(fields):
+                fstype = fields[separator + 1]  # later lines are mounted on top of earlier ones
+    return fstype
 
 
 def is_mounted(mount_point: str | Path) -> bool:
-    """True when something is mounted on ``mount_point`` (per /proc/self/mounts)."""
-    target = os.path.realpath(mount_point)
-    with open("/proc/self/mounts") as f:
-        return any(line.split()[1] == target for line in f if len(line.split()) > 1)
+    """True when something is mounted on ``mount_point``."""
+    return mount_fstype(mount_point) is not None
+
+
+def is_stale(mount_point: str | Path) -> bool:
+    """True when ``mount_point`` holds a FUSE mount whose daemon is gone ("Transport endpoint is not
+    connected").
+
+    The probe is statfs, which the kernel always forwards to the daemon: stat() of a dead mount can
+    still succeed for up to ``attr_timeout`` from the kernel's attribute cache.
+    """
+    fstype = mount_fstype(mount_point)
+    if fstype is None or not (fstype == "fuse" or fstype.startswith(("fuse.", "fuseblk"))):
+        return False
+    try:
+        os.statvfs(mount_point)
+    except OSError as exc:
+        return exc.errno in _DEAD_CONNECTION
+    return False
 
 
 def unmount(mount_point: str | Path, *, lazy: bool = False) -> bool:

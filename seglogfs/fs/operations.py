@@ -24,11 +24,12 @@ from typing import Any
 import mfusepy
 
 from seglogfs.errors import RecordTooLargeError
+from seglogfs.fs.access import Access
 from seglogfs.fs.errors import fail, fuse_errors
 from seglogfs.fs.paths import DIRECTORIES, LOG_ENTRIES, WRITABLE, Kind, Node, parse_path
 from seglogfs.jsonl import headers_to_json, parse_jsonl_line
 from seglogfs.records import ProducerRecord, Record
-from seglogfs.value_stream import ValueStream
+from seglogfs.value_stream import StreamReader, ValueStream
 
 log = logging.getLogger("seglogfs.fs")
 
@@ -43,7 +44,6 @@ BLOCK_SIZE = 1 << 20
 MAX_WRITE = 512 << 10
 XATTR_PREFIX = "user.seglog."
 _RECORD_CACHE_SIZE = 1024
-_BATCH_SLACK = 128
 
 
 @dataclass(slots=True, eq=False)
@@ -55,9 +55,10 @@ class Handle:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: bytearray = field(default_factory=bytearray)  # partial line, or the append.raw body
     written: bool = False  # append.raw: a record is due at close even if empty
+    discarding: bool = False  # the line / append.raw record being written is over the limit: dropped
     data: bytes = b""  # by-offset value / info snapshot
     fd: int = -1  # segments/<file>
-    stream: ValueStream | None = None
+    stream: StreamReader | None = None  # records
 
 
 class SeglogOperations(mfusepy.Operations):
@@ -70,12 +71,19 @@ class SeglogOperations(mfusepy.Operations):
         manager: Any,
         *,
         read_only: bool = False,
+        access: Access | None = None,
         on_init: Callable[[Any, Any], None] | None = None,
     ) -> None:
         self.manager = manager
         self.read_only = read_only
         self.on_init = on_init
-        self.uid, self.gid = os.getuid(), os.getgid()
+        access = access if access is not None else Access.of_process()
+        self.uid, self.gid = access.uid, access.gid
+        # modes by kind of path, computed once: getattr is the hottest call of a mount
+        self._dir_mode = stat.S_IFDIR | access.dir_mode(writable=not read_only)
+        self._listing_mode = stat.S_IFDIR | access.listing_mode()
+        self._file_mode = stat.S_IFREG | access.file_mode()
+        self._append_mode = stat.S_IFREG | access.append_mode(writable=not read_only)
         self.started_ns = time.time_ns()
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
@@ -89,7 +97,16 @@ class SeglogOperations(mfusepy.Operations):
         try:
             return self.manager.get(node.log)
         except KeyError:
+            if node.log in self.manager.offline:
+                raise fail(errno.EIO) from None  # of an offline log only `info` answers
             raise fail(errno.ENOENT) from None
+
+    def _offline_info(self, name: str | None) -> bytes | None:
+        """The `info` of an offline log (its name and why it is offline), None for any other name."""
+        reason = self.manager.offline.get(name) if name is not None else None
+        if reason is None:
+            return None
+        return (json.dumps({"name": name, "offline": True, "reason": reason}, indent=2) + "\n").encode()
 
     def _record(self, lg: Any, offset: int) -> Record:
         """``Log.read`` behind a small LRU: a lookup, open and getxattr of one offset read it once."""
@@ -117,11 +134,34 @@ class SeglogOperations(mfusepy.Operations):
         info = {"name": lg.name, "topic": lg.topic, "partition": lg.partition, **lg.info()}
         return (json.dumps(info, indent=2, sort_keys=False, default=str) + "\n").encode()
 
-    def _segment_path(self, lg: Any, name: str) -> Path:
-        path = Path(lg.dir) / name
-        if not path.is_file():
+    @staticmethod
+    def _segment_stat(lg: Any, name: str) -> os.stat_result:
+        """lstat of ``segments/<name>``: regular files only, a symlink is never followed (ENOENT)."""
+        try:
+            st = os.lstat(Path(lg.dir) / name)
+        except FileNotFoundError:
+            raise fail(errno.ENOENT) from None
+        if not stat.S_ISREG(st.st_mode):
             raise fail(errno.ENOENT)
-        return path
+        return st
+
+    @staticmethod
+    def _open_segment_file(lg: Any, name: str) -> int:
+        """A read-only fd on ``segments/<name>``, a regular file, whatever replaced it since lstat:
+        O_NOFOLLOW refuses a symlink, O_NONBLOCK keeps a FIFO from blocking, fstat checks the rest."""
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(Path(lg.dir) / name, flags)
+        except (FileNotFoundError, NotADirectoryError):
+            raise fail(errno.ENOENT) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise fail(errno.ENOENT) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise fail(errno.ENOENT)
+        return fd
 
     @staticmethod
     def _sealed(lg: Any, name: str) -> bool:
@@ -184,36 +224,43 @@ class SeglogOperations(mfusepy.Operations):
         node = parse_path(path)
         kind = node.kind
         if kind is Kind.ROOT:
-            return self._attrs(stat.S_IFDIR | 0o755, nlink=2 + len(self.manager.logs))
+            return self._attrs(self._dir_mode, nlink=2 + len(self.manager.logs))
+        if kind in (Kind.LOG, Kind.INFO) and (offline := self._offline_info(node.log)) is not None:
+            if kind is Kind.LOG:
+                return self._attrs(self._listing_mode, nlink=2)
+            return self._attrs(self._file_mode, len(offline), time.time_ns())
         lg = self._log(node)
         if kind is Kind.LOG:
-            return self._attrs(stat.S_IFDIR | 0o755, nlink=5)
+            return self._attrs(self._dir_mode, nlink=5)
         if kind in DIRECTORIES:
-            return self._attrs(stat.S_IFDIR | 0o555, nlink=2)
+            return self._attrs(self._listing_mode, nlink=2)
         if kind in WRITABLE:
-            return self._attrs(stat.S_IFREG | (0o000 if self.read_only else 0o200))
+            return self._attrs(self._append_mode)
         if kind is Kind.BY_OFFSET:
             record = self._record(lg, node.number)
             size = 0 if record.value is None else len(record.value)
-            return self._attrs(stat.S_IFREG | 0o444, size, max(record.timestamp, 0) * 1_000_000)
+            return self._attrs(self._file_mode, size, max(record.timestamp, 0) * 1_000_000)
         if kind is Kind.BY_TIME:
             return self._attrs(stat.S_IFLNK | 0o777, len(self._resolve_time(lg, node)))
         if kind is Kind.RECORDS:
             last = lg.last_timestamp
             mtime = None if last is None else last * 1_000_000
-            return self._attrs(stat.S_IFREG | 0o444, self._stream(lg).size(), mtime)
+            return self._attrs(self._file_mode, self._stream(lg).size(), mtime)
         if kind is Kind.INFO:
-            return self._attrs(stat.S_IFREG | 0o444, len(self._info(lg)), time.time_ns())
-        st = os.stat(self._segment_path(lg, node.name))
-        return self._attrs(stat.S_IFREG | 0o444, st.st_size, st.st_mtime_ns)
+            return self._attrs(self._file_mode, len(self._info(lg)), time.time_ns())
+        st = self._segment_stat(lg, node.name)
+        return self._attrs(self._file_mode, st.st_size, st.st_mtime_ns)
 
     @fuse_errors
     def readdir(self, path: str, fh: int) -> Iterator[tuple[str, int, int]]:
         node = parse_path(path)
         entries: list[tuple[str, int, int]] = [(".", stat.S_IFDIR, 0), ("..", stat.S_IFDIR, 0)]
         if node.kind is Kind.ROOT:
-            entries += [(name, stat.S_IFDIR, 0) for name in sorted(self.manager.logs)]
+            names = sorted({*self.manager.logs, *self.manager.offline})
+            entries += [(name, stat.S_IFDIR, 0) for name in names]
             return iter(entries)
+        if node.kind is Kind.LOG and node.log in self.manager.offline:
+            return iter([*entries, ("info", stat.S_IFREG, 0)])
         lg = self._log(node)
         if node.kind is Kind.LOG:
             for name, kind in LOG_ENTRIES.items():
@@ -337,6 +384,24 @@ class SeglogOperations(mfusepy.Operations):
             return 0  # `cat f > append` opens with O_TRUNC: nothing is ever truncated
         raise fail(errno.EROFS)
 
+    # The layout's owners and modes come from the config (`fuse:`), and the kernel enforces them.
+    @fuse_errors
+    def chmod(self, path: str, mode: int) -> int:
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
+    @fuse_errors
+    def chown(self, path: str, uid: int, gid: int) -> int:
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
+    @fuse_errors
+    def fallocate(self, path: str, mode: int, offset: int, size: int, fi: Any) -> int:
+        # Never EOPNOTSUPP (nor ENOSYS, which the kernel turns into EOPNOTSUPP for good): on that
+        # one errno glibc's posix_fallocate falls back to writing a zero byte per block, and those
+        # NULs would land in the log as record bytes. Every other errno is returned to the caller
+        # as is. EPERM, as for a file marked append-only: space is never reserved in a log by hand.
+        # (Only the append files get here: the kernel answers EBADF for files opened read-only.)
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
     @fuse_errors
     def utimens(self, path: str, times: Any = None) -> int:
         node = parse_path(path)
@@ -365,7 +430,8 @@ class SeglogOperations(mfusepy.Operations):
         node = parse_path(path)
         if node.kind in DIRECTORIES:
             raise fail(errno.EISDIR)
-        lg = self._log(node)
+        offline = self._offline_info(node.log) if node.kind is Kind.INFO else None
+        lg = None if offline is not None else self._log(node)
         accmode = fi.flags & os.O_ACCMODE
         handle = Handle(node, lg)
         if node.kind in WRITABLE:
@@ -377,19 +443,18 @@ class SeglogOperations(mfusepy.Operations):
         else:
             if accmode != os.O_RDONLY:
                 raise fail(errno.EROFS)
-            fi.noflush = 1  # nothing to flush: spare close() its FLUSH round trip (FOPEN_NOFLUSH)
             if node.kind is Kind.BY_OFFSET:
                 record = self._record(lg, node.number)
                 handle.data = record.value or b""
                 fi.keep_cache = 1  # a record never changes: let the kernel keep its pages
             elif node.kind is Kind.RECORDS:
-                handle.stream = self._stream(lg)
+                handle.stream = self._stream(lg).reader()
                 fi.direct_io = 1  # grows: read whatever is there now, whatever st_size said
             elif node.kind is Kind.INFO:
-                handle.data = self._info(lg)
+                handle.data = offline if offline is not None else self._info(lg)
                 fi.direct_io = 1
             elif node.kind is Kind.SEGMENT_FILE:
-                handle.fd = os.open(self._segment_path(lg, node.name), os.O_RDONLY | os.O_CLOEXEC)
+                handle.fd = self._open_segment_file(lg, node.name)
                 # Page cache either way, so tools can mmap these files (dump does; direct_io forbids
                 # shared mmap). Sealed segments never change: keep_cache keeps their pages across
                 # opens. The active segment and its indexes change in place: without keep_cache every
@@ -397,6 +462,7 @@ class SeglogOperations(mfusepy.Operations):
                 fi.keep_cache = int(self._sealed(lg, node.name))
             else:
                 raise fail(errno.EINVAL)
+        fi.noflush = 1  # nothing happens at FLUSH (each close of a dup): spare close() the round trip
         fh = next(self._next_fh)
         self._handles[fh] = handle
         fi.fh = fh
@@ -415,76 +481,75 @@ class SeglogOperations(mfusepy.Operations):
 
     @fuse_errors
     def write(self, path: str, data: bytes, offset: int, fi: Any) -> int:
+        # offset is ignored throughout: every write is an append
         handle = self._handle(fi)
         with handle.lock:
-            kind = handle.node.kind
-            if kind is Kind.APPEND_RAW:
-                limit = handle.log.config.max_message_bytes
-                if limit and len(handle.pending) + len(data) > limit:
-                    raise RecordTooLargeError(f"append.raw record over max.message.bytes={limit}")
-                handle.pending += data
-                handle.written = True
-                return len(data)
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                limit = handle.log.config.max_message_bytes
-                if len(handle.pending) + len(data) > limit:  # a line that can never be appended
-                    raise RecordTooLargeError(f"line longer than max.message.bytes={limit}")
-                handle.pending += data  # no complete line yet (offset is ignored: this is an append)
-                return len(data)
-            complete = bytes(handle.pending) + data[:cut] if handle.pending else data[:cut]
-            self._commit_lines(handle, complete)  # raises: nothing appended, pending kept as it was
-            handle.pending = bytearray(data[cut + 1 :])
+            if handle.node.kind is Kind.APPEND_RAW:
+                self._write_raw(handle, data)
+            else:
+                self._write_lines(handle, data)
             return len(data)
 
+    def _write_raw(self, handle: Handle, data: bytes) -> None:
+        """Collect the ``append.raw`` body; once it crosses max.message.bytes it is gone for good."""
+        limit = handle.log.config.max_message_bytes
+        if handle.discarding or len(handle.pending) + len(data) > limit:
+            handle.pending, handle.written, handle.discarding = bytearray(), False, True
+            raise RecordTooLargeError(f"append.raw record over max.message.bytes={limit}: discarded")
+        handle.pending += data
+        handle.written = True
+
+    def _write_lines(self, handle: Handle, data: bytes) -> None:
+        """Append the complete lines that ``data`` ends, keep its trailing partial line.
+
+        A write fails as a whole: nothing of it is appended. On EFBIG, which no retry can cure, every
+        line the write touches is discarded whole, so that a writer that goes on never gets a
+        fragment or a splice: the line begun in earlier writes, and the line it leaves unfinished,
+        whose later bytes fail with EFBIG too, up to and including the write with its newline. A
+        line begun earlier counts as unfinished even when this write holds its newline: the kernel
+        splits a large write(2) into requests, and after a short count the writer (cat) sends the
+        failed request again.
+        """
+        if handle.discarding:  # this write fails too, so the line it leaves unfinished goes as well
+            handle.discarding = not data.endswith(b"\n")
+            raise RecordTooLargeError("the rest of a line over max.message.bytes: discarded")
+        try:
+            limit = self._line_limit(handle)
+            first_newline, last_newline = data.find(b"\n"), data.rfind(b"\n")
+            first_line = len(handle.pending) + (first_newline if first_newline >= 0 else len(data))
+            if first_line > limit or len(data) - last_newline - 1 > limit:  # can never fit a batch
+                raise RecordTooLargeError(f"line longer than max.message.bytes={limit}")
+            if last_newline < 0:
+                handle.pending += data  # no complete line yet
+                return
+            head = bytes(handle.pending)
+            self._commit_lines(handle, head + data[:last_newline] if head else data[:last_newline])
+        except RecordTooLargeError:
+            handle.discarding = bool(handle.pending) or not data.endswith(b"\n")
+            handle.pending = bytearray()
+            raise
+        handle.pending = bytearray(data[last_newline + 1 :])
+
+    @staticmethod
+    def _line_limit(handle: Handle) -> int:
+        """The longest line worth buffering: a value longer than max.message.bytes can never be in a
+        batch; a JSON line may spell one byte of it as six (``\\u00ff``)."""
+        limit = handle.log.config.max_message_bytes
+        return limit if handle.node.kind is Kind.APPEND else 6 * limit
+
     def _commit_lines(self, handle: Handle, complete: bytes) -> None:
-        """Append the lines of ``complete`` (no trailing newline) as one batch."""
+        """Append the lines of ``complete`` (no trailing newline): one batch, or several when together
+        they exceed max.message.bytes (``Log.append_split``); nothing when a line alone is too large."""
         lines = complete.split(b"\n")
         if handle.node.kind is Kind.APPEND:
-            self._append(handle.log.append_values, lines, handle.log.config.max_message_bytes)
+            handle.log.append_split(lines)
             return
         records = [parse_jsonl_line(line) for line in lines if line.strip()]
         if records:
-            self._append(handle.log.append, records, handle.log.config.max_message_bytes)
-
-    def _append(self, append: Callable[[list], Any], items: list, limit: int) -> None:
-        """One batch; if the batch exceeds max.message.bytes but no single record does, several.
-
-        Only such oversized writes (possible with a max.message.bytes below MAX_WRITE) give up the
-        one-write-one-batch atomicity; EFBIG remains for a single record that is too large.
-        """
-        try:
-            append(items)
-        except RecordTooLargeError:
-            if len(items) == 1 or self._has_oversized(items, limit):
-                raise  # nothing appended: the write fails as a whole
-            half = len(items) // 2
-            self._append(append, items[:half], limit)
-            self._append(append, items[half:], limit)
-
-    @staticmethod
-    def _has_oversized(items: list, limit: int) -> bool:
-        """True if some item cannot fit a batch on its own, judged before anything is appended.
-
-        The slack is a generous bound on the batch header (61 bytes) plus one record's framing, so an
-        item that passes fits alone and the halving below always ends with everything appended.
-        """
-        slack = _BATCH_SLACK
-        for item in items:
-            if isinstance(item, bytes | bytearray):
-                size = len(item)
-            else:
-                size = (
-                    len(item.value or b"")
-                    + len(item.key or b"")
-                    + sum(len(k.encode()) + len(v or b"") + 10 for k, v in item.headers)
-                )
-            if size + slack > limit:
-                return True
-        return False
+            handle.log.append_split(records)
 
     def _commit_pending(self, handle: Handle) -> None:
-        """At close: the trailing partial line, or the whole append.raw body, becomes a record."""
+        """At the last close: the trailing partial line, or the whole append.raw body, becomes a record."""
         with handle.lock:
             if handle.node.kind is Kind.APPEND_RAW:
                 if not handle.written:
@@ -507,14 +572,13 @@ class SeglogOperations(mfusepy.Operations):
             if handle.fd >= 0:
                 os.close(handle.fd)
                 handle.fd = -1
+            if handle.stream is not None:
+                handle.stream.close()
 
-    @fuse_errors
-    def flush(self, path: str, fi: Any) -> int:
-        # called at every close() of a descriptor: errors here are what close() returns
-        handle = self._handles.get(fi.fh)
-        if handle is not None and handle.node.kind in WRITABLE:
-            self._commit_pending(handle)
-        return 0
+    # No flush(): every open sets noflush. FLUSH comes at each close() of each dup of a descriptor
+    # (`{ printf 'a'; echo b; } > append` closes three), so the partial line and the append.raw body
+    # are committed at RELEASE, the last close of the open file. The kernel sends RELEASE without
+    # waiting for it, just after that close() returns: a reader may see the record a moment later.
 
     @fuse_errors
     def release(self, path: str, fi: Any) -> int:
