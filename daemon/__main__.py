@@ -8,9 +8,24 @@ import ctypes.util
 import logging
 import os
 import resource
+import signal
 import sys
+import threading
+from types import FrameType
 
-import seglogfs.fs  # noqa: F401  (selects libfuse3 before mfusepy is imported)
+#: Set by SIGTERM/SIGINT during start-up; the daemon then stops cleanly instead of mounting.
+STOP_REQUESTED = threading.Event()
+
+
+def _request_stop(signum: int, frame: FrameType | None) -> None:
+    STOP_REQUESTED.set()
+
+
+# First thing, before the slow imports: under the default disposition a SIGTERM during start-up
+# (reading the config, opening the logs) killed the process (exit 143). The daemon hands both signals
+# back to libfuse just before it mounts (see Daemon.run).
+signal.signal(signal.SIGTERM, _request_stop)
+signal.signal(signal.SIGINT, _request_stop)
 
 
 def _setup_logging(level: str) -> None:
@@ -63,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.log_level)
     _raise_open_files_limit()
 
+    import seglogfs.fs  # noqa: F401  (selects libfuse3 before mfusepy is imported)
     from seglogd.service import Daemon
 
-    return Daemon(args.config).run()
+    return Daemon(args.config, stop_requested=STOP_REQUESTED).run()
 
 
 if __name__ == "__main__":

@@ -44,8 +44,17 @@ def _digest(path: Path) -> bytes | None:
 class Daemon:
     """One seglogd run: :meth:`run` returns the process exit code."""
 
-    def __init__(self, config_path: str | Path, *, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        config_path: str | Path,
+        *,
+        notifier: Notifier | None = None,
+        stop_requested: threading.Event | None = None,
+    ) -> None:
+        """``stop_requested``: set by a SIGTERM/SIGINT handler during start-up (seglogd's ``__main__``
+        installs one first thing); when set before the mount exists, :meth:`run` stops without mounting."""
         self.config_path = Path(config_path).absolute()
+        self._stop_requested = stop_requested or threading.Event()
         self.notifier = notifier or Notifier()
         self.config: Any = None
         self.manager: Any = None
@@ -68,6 +77,9 @@ class Daemon:
             log.error("%s: %s", self.config_path, exc)
             return 2
         self._seen_digest = _digest(self.config_path)
+        if self._stop_requested.is_set():
+            log.info("stop requested before mounting: nothing was opened")
+            return 0
         cfg = self.config
         self.mount_point = Path(cfg.mount_point).absolute()
         data_dir = Path(cfg.data_dir).absolute()
@@ -89,6 +101,12 @@ class Daemon:
             self._close_manager()
             return 1
 
+        # libfuse installs its SIGTERM/SIGINT handlers only where the disposition is the default one.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if self._stop_requested.is_set():  # checked after the reset: none can slip in between
+            log.info("stop requested before mounting: closing the logs")
+            return 0 if self._close_manager() else 1
         self.ops = SeglogOperations(self.manager, read_only=cfg.read_only, access=cfg.access,
                                     on_init=self._on_init)
         self._install_sighup()

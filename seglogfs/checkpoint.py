@@ -9,12 +9,14 @@ Formats (see shared/reference/kafka-format.md sections 5 and 8):
 - ``.kafka_cleanshutdown``: ``{"version":0,"brokerEpoch":N}`` in the data dir
 
 Every write goes to ``<file>.tmp``, is fsynced, renamed over the target and the directory fsynced, as
-Kafka's ``CheckpointFile`` does, so a crash leaves either the old or the new file.
+Kafka's ``CheckpointFile`` does, so a crash leaves either the old or the new file. The ``.tmp`` file is
+always created afresh and never through a symlink (see :func:`create_new_file`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -37,6 +39,7 @@ __all__ = [
     "atomic_write",
     "check_new_log_name",
     "clean_shutdown_marker_exists",
+    "create_new_file",
     "fsync_dir",
     "is_kafka_special_dir",
     "new_topic_id",
@@ -48,6 +51,7 @@ __all__ = [
     "remove_clean_shutdown_marker",
     "shared_topic_partitions",
     "validate_log_name",
+    "validate_topic",
     "write_clean_shutdown_marker",
     "write_empty_producer_snapshot",
     "write_leader_epoch_checkpoint",
@@ -98,11 +102,23 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def create_new_file(path: str | Path) -> int:
+    """A write descriptor on a new, empty regular file at ``path``, made by this call.
+
+    A leftover at ``path`` (a crashed write's file, or a symlink planted there) is unlinked first, and
+    the file is created with ``O_EXCL | O_NOFOLLOW``: a symlink is never followed, so nothing outside
+    the directory is ever written. A directory in the way raises ``IsADirectoryError``.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
 def atomic_write(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: write ``<path>.tmp``, fsync, rename over ``path``, fsync the dir."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create_new_file(tmp)
     try:
         view = memoryview(data)
         while view:
@@ -181,7 +197,7 @@ def write_offset_checkpoint(path: str | Path, offsets: Mapping[tuple[str, int], 
     """Atomically write ``{(topic, partition): offset}`` as a Kafka offset checkpoint (sorted lines)."""
     lines = []
     for (topic, partition), offset in sorted(offsets.items()):
-        validate_log_name(topic)
+        validate_topic(topic)
         if not 0 <= partition <= _INT32[1]:
             raise ValueError(f"partition {partition} of {topic!r} is not in [0, 2^31)")
         lines.append(f"{topic} {partition} {int(offset)}")
@@ -306,23 +322,47 @@ def write_empty_producer_snapshot(path: str | Path) -> None:
 # --- log directory names ---------------------------------------------------------------------------
 
 
-def validate_log_name(name: object) -> str:
-    """``name`` if it is a valid log directory name, else ``InvalidLogNameError``.
+def validate_topic(topic: object, what: str = "topic") -> str:
+    """``topic`` if it is a valid Kafka topic name, else ``InvalidLogNameError``.
 
     Kafka's topic rule: 1-249 characters from [A-Za-z0-9._-], and not "." or "..".
     """
-    if not isinstance(name, str):
-        raise InvalidLogNameError(f"log name {name!r} is not a string")
-    if name in (".", ".."):
-        raise InvalidLogNameError(f"log name {name!r} is not allowed")
-    if _LOG_NAME.fullmatch(name) is None:
-        if not name:
+    if not isinstance(topic, str):
+        raise InvalidLogNameError(f"{what} {topic!r} is not a string")
+    if topic in (".", ".."):
+        raise InvalidLogNameError(f"{what} {topic!r} is not allowed")
+    if _LOG_NAME.fullmatch(topic) is None:
+        if not topic:
             reason = "is empty"
-        elif len(name) > 249:
-            reason = f"is {len(name)} characters long (at most 249)"
+        elif len(topic) > 249:
+            reason = f"is {len(topic)} characters long (at most 249)"
         else:
             reason = "may contain only ASCII letters, digits, '.', '_' and '-'"
-        raise InvalidLogNameError(f"log name {name!r} {reason}")
+        raise InvalidLogNameError(f"{what} {topic!r} {reason}")
+    return topic
+
+
+def _split_log_dir_name(name: str) -> tuple[str, int]:
+    """Kafka's split of ``<topic>-<partition>`` at the last '-' (see :func:`parse_log_dir_name`)."""
+    topic, dash, suffix = name.rpartition("-")
+    if dash and topic and suffix.isdigit() and int(suffix) <= _INT32[1]:
+        return topic, int(suffix)
+    return name, 0
+
+
+def validate_log_name(name: object) -> str:
+    """``name`` if it is a valid log directory name, else ``InvalidLogNameError``.
+
+    The name follows Kafka's topic rule (1-249 characters from [A-Za-z0-9._-], not "." or ".."), and
+    so does the topic it maps to: ``.-0`` would be topic "." (which no checkpoint may hold).
+    """
+    validate_topic(name, "log name")
+    assert isinstance(name, str)
+    topic, partition = _split_log_dir_name(name)
+    try:
+        validate_topic(topic)
+    except InvalidLogNameError as exc:
+        raise InvalidLogNameError(f"log name {name!r} would be partition {partition} of {exc}") from None
     return name
 
 
@@ -332,13 +372,10 @@ def parse_log_dir_name(name: str) -> tuple[str, int]:
     Kafka splits ``<topic>-<partition>`` at the last '-'. A name without a ``-<digits>`` suffix (or
     whose suffix would leave an empty topic or overflow an int32) is partition 0 of the topic of that
     whole name, so ``events`` and ``events-0`` both map to ``("events", 0)``.
-    Raises ``InvalidLogNameError`` for a name outside Kafka's rules.
+    Raises ``InvalidLogNameError`` for a name outside Kafka's rules or whose topic would be.
     """
     validate_log_name(name)
-    topic, dash, suffix = name.rpartition("-")
-    if dash and topic and suffix.isdigit() and int(suffix) <= _INT32[1]:
-        return topic, int(suffix)
-    return name, 0
+    return _split_log_dir_name(name)
 
 
 def check_new_log_name(name: object) -> tuple[str, int]:

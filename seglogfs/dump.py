@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +29,14 @@ from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 from .records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
 
-__all__ = ["DumpOptions", "dump_files", "open_readonly"]
+__all__ = [
+    "DumpOptions",
+    "NotRegularFileError",
+    "dump_files",
+    "non_regular_kind",
+    "open_readonly",
+    "require_regular_file",
+]
 
 INT_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -99,11 +107,56 @@ class _Problems:
                 err.write(f"  {first} is followed by {second}\n")
 
 
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+class NotRegularFileError(OSError):
+    """A segment file that is a directory, FIFO, socket or device: it is never read (opening a FIFO
+    would block the reader forever)."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str):
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.path = Path(path)
+        self.kind = kind
+
+
+def non_regular_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is ("a FIFO", "a directory"...) when it exists but is not a regular file, else
+    None (also when it does not exist: opening it then says so). Nothing is opened, only stat'ed."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def require_regular_file(path: str | os.PathLike[str]) -> None:
+    """``NotRegularFileError`` when ``path`` exists but is not a regular file."""
+    kind = non_regular_kind(path)
+    if kind is not None:
+        raise NotRegularFileError(path, kind)
+
+
 @contextmanager
 def open_readonly(path: str | os.PathLike[str]) -> Iterator[bytes | mmap.mmap]:
-    """The whole file as a read-only buffer (mmap; ``b""`` for an empty file, which mmap refuses)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    """The whole file as a read-only buffer (mmap; ``b""`` for an empty file, which mmap refuses).
+
+    Only a regular file is read: anything else is ``NotRegularFileError`` (the open never blocks).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFileError(path, _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
+        size = info.st_size
         if size == 0:
             yield b""
             return
@@ -267,15 +320,14 @@ def _dump_index(
             out.write(f"{display} passed sanity check.\n")
             return
         log_path = _log_path_of(path)
-        if not log_path.exists():
-            err.write(f"Cannot check {path}: {log_path} does not exist\n")
-        with open_readonly(log_path) if log_path.exists() else _empty() as buf:
+        has_log = _readable_sibling(path, log_path, err)
+        with open_readonly(log_path) if has_log else _empty() as buf:
             for i in range(index.entries):
                 offset, position = index.entry(i)
                 # a crash can leave a zero-filled preallocated tail: stop at the first zero entry
                 if offset == base and i > 0:
                     return
-                if log_path.exists():
+                if has_log:
                     end = min(len(buf), position + options.max_message_size)
                     batch = _batch_at(buf, position, end, log_path)
                     log_offset = -1 if batch is None else batch.last_offset
@@ -287,6 +339,18 @@ def _dump_index(
                     out.write(f"offset: {offset} position: {position}\n")
     finally:
         index.close()
+
+
+def _readable_sibling(path: Path, sibling: Path, err: TextIO) -> bool:
+    """True when ``sibling`` (the file ``path`` is checked against) can be read; else says why."""
+    kind = non_regular_kind(sibling)
+    if kind is not None:
+        err.write(f"Cannot check {path}: {sibling} is {kind}, not a regular file\n")
+        return False
+    if not sibling.exists():
+        err.write(f"Cannot check {path}: {sibling} does not exist\n")
+        return False
+    return True
 
 
 @contextmanager
@@ -308,24 +372,37 @@ def _dump_time_index(
     base = _base_offset_of(path)
     time_index = TimeIndex(path, base, writable=False)
     index_path = path.absolute().parent / (path.name.split(".")[0] + ".index")
-    offset_index = OffsetIndex(index_path, base, writable=False) if index_path.exists() else None
+    # Without a readable .index, each timestamp's batch is searched for from the start of the .log.
+    usable_index = index_path.exists() and non_regular_kind(index_path) is None
+    offset_index = OffsetIndex(index_path, base, writable=False) if usable_index else None
     try:
         if options.index_sanity_check:
             time_index.sanity_check()
             out.write(f"{display} passed sanity check.\n")
             return
         log_path = _log_path_of(path)
-        if not log_path.exists():
-            err.write(f"Cannot check {path}: {log_path} does not exist\n")
+        has_log = _readable_sibling(path, log_path, err)
         abs_path = str(path.absolute())
         prev_ts = -1
-        with open_readonly(log_path) if log_path.exists() else _empty() as buf:
+        bad_positions: set[int] = set()
+        with open_readonly(log_path) if has_log else _empty() as buf:
             for i in range(time_index.entries):
                 timestamp, offset = time_index.entry(i)
                 if offset == base and i > 0:
                     return
-                if log_path.exists():
-                    position = offset_index.lookup(offset)[1] if offset_index is not None else 0
+                if has_log:
+                    position = 0
+                    if offset_index is not None:
+                        entry_offset, position = offset_index.lookup(offset)
+                        if not 0 <= position <= len(buf):
+                            if position not in bad_positions:  # once per bad entry, not per timestamp
+                                bad_positions.add(position)
+                                err.write(
+                                    f"{index_path}: the entry for offset {entry_offset} has position "
+                                    f"{position}, outside {log_path} ({len(buf)} bytes); searching from "
+                                    "the start of the .log instead\n"
+                                )
+                            position = 0
                     found = None
                     try:
                         for header in iter_batch_headers(buf, position, path=log_path):
@@ -407,6 +484,7 @@ def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: Tex
         out.write(f"Dumping {arg}\n")
         suffix = path.suffix
         try:
+            require_regular_file(path)
             if suffix in (".log", ".checkpoint"):
                 _dump_log(path, options, out, err, problems)
             elif suffix == ".index":

@@ -53,6 +53,10 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _ENTRY = struct.Struct(">ii")  # one offset-index entry: relative offset, position
 
 
+# Every open of an index file: a symlink planted in a log dir is never followed (ELOOP).
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class InvalidIndexAppendError(SeglogError, ValueError):
     """An index append that breaks Kafka's rules: full index, or an offset/timestamp going backwards."""
 
@@ -93,10 +97,10 @@ class AbstractIndex:
 
         if writable:
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o644)
                 newly_created = True
             except FileExistsError:
-                fd = os.open(self._path, os.O_RDWR)
+                fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
                 newly_created = False
             try:
                 if newly_created:
@@ -122,7 +126,7 @@ class AbstractIndex:
             # Kafka: a new file starts empty; an existing one is "assumed valid" up to its length.
             self._entries = 0 if newly_created else length // self.ENTRY_SIZE
         else:
-            fd = os.open(self._path, os.O_RDONLY)
+            fd = os.open(self._path, os.O_RDONLY | _NO_FOLLOW)
             try:
                 length = os.fstat(fd).st_size
                 self._map(fd, length)
@@ -158,7 +162,7 @@ class AbstractIndex:
         with self._lock:
             if self._reserved >= self._length:
                 return
-            fd = os.open(self._path, os.O_RDWR)
+            fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
             try:
                 self._reserve(fd, self._length)
             finally:
@@ -294,7 +298,7 @@ class AbstractIndex:
                 raise ValueError(
                     f"cannot resize {self._path} to {rounded} bytes: it holds {self._entries} entries"
                 )
-            fd = os.open(self._path, os.O_RDWR)
+            fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
             try:
                 if rounded > self._length:
                     try:

@@ -42,6 +42,17 @@ def parse_timestamp(text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (``"\\ud800"`` in JSON) has no UTF-8 form and is invalid,
+    as a raw line that is not UTF-8 is."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRecordError(
+            f"{what} is not valid Unicode: a lone surrogate {text[exc.start]!r} at character {exc.start}"
+        ) from None
+
+
 def _bytes_field(obj: dict[str, Any], name: str) -> bytes | None:
     text, b64 = obj.get(name), obj.get(name + "_b64")
     if text is not None and b64 is not None:
@@ -57,14 +68,14 @@ def _bytes_field(obj: dict[str, Any], name: str) -> bytes | None:
         return None
     if not isinstance(text, str):
         raise InvalidRecordError(f'"{name}" must be a string or null, not {type(text).__name__}')
-    return text.encode("utf-8", "surrogatepass")
+    return _utf8(text, f'"{name}"')
 
 
 def _header_value(name: str, value: Any) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
+        return _utf8(value, f"header {name!r} value")
     if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
         try:
             return base64.b64decode(value["b64"], validate=True)
@@ -90,10 +101,7 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     for name, value in pairs:
         if not isinstance(name, str):
             raise InvalidRecordError(f"header name must be a string, not {type(name).__name__}")
-        try:
-            name.encode("utf-8")  # Kafka's header keys are UTF-8: a lone surrogate has no encoding
-        except UnicodeEncodeError:
-            raise InvalidRecordError(f"header name {name!r} is not valid Unicode (lone surrogate)") from None
+        _utf8(name, "header name")  # Kafka's header keys are UTF-8 strings
         out.append((name, _header_value(name, value)))
     return out
 

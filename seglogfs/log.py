@@ -51,6 +51,7 @@ from .records import (
     encode_values,
     first_record_stamp,
     record_bounds,
+    single_value_batch_size,
     validate_batch,
 )
 from .segment import (
@@ -88,11 +89,13 @@ def _now_ms(clock: Callable[[], float]) -> int:
 
 
 def _swap_damage(path: Path, base_offset: int) -> str | None:
-    """Why a ``.log.swap`` cannot replace segments (a batch that fails its CRC, an offset below the
-    swap's base, a torn tail), or None when every batch of it is whole and valid."""
+    """Why a ``.log.swap`` cannot replace segments (no batch at all, a batch that fails its CRC, an
+    offset below the swap's base, a torn tail), or None when every batch of it is whole and valid."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         end = os.fstat(fd).st_size
+        if end == 0:  # renamed into place it would replace the segment of its name with nothing
+            return f"{path} is empty"
         position = 0
         while (header := pread_header(fd, position, end, path)) is not None:
             if header.base_offset < base_offset:
@@ -211,14 +214,15 @@ class Log:
                 if segment is not segments[-1]:
                     segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
             if first_to_recover < len(segments):
-                segments = self._recover_segments(segments, first_to_recover)
+                self._recover_segments(segments, first_to_recover)
         if not segments:
             segments = [self._new_segment(max(log_start_offset, 0))]
         self._set_segments(segments)
         active = segments[-1]
-        next_offset, valid_end = self._scan_tail(active)
+        next_offset, valid_end = active.intact_end()
         if valid_end < active.size:
-            # Whatever the clean-shutdown marker says: a preallocated (zero-filled) or garbage tail.
+            # Whatever the clean-shutdown marker says: a preallocated (zero-filled) or garbage tail, or
+            # a damaged last batch (the end offset comes from the last intact batch, never its header).
             if self.read_only:
                 log.warning(
                     "%s: not reading %d bytes of torn or garbage data at position %d of %s",
@@ -229,8 +233,8 @@ class Log:
                 )
                 active.size = valid_end
             else:
-                segments = self._recover_segments(segments, len(segments) - 1)
-                next_offset, _ = self._scan_tail(active)
+                self._recover_segments(segments, len(segments) - 1)
+                next_offset, _ = active.intact_end()
         if not self.read_only:
             self._grow_active_indexes(active)
         self._next_offset = max(next_offset, active.base_offset)
@@ -248,26 +252,6 @@ class Log:
                 if entry.name.split(".", 1)[0].isdigit() and entry.is_symlink():
                     reason = "a segment file is a symbolic link (seglogfs follows no symlinks)"
                     raise OSError(errno.ELOOP, reason, entry.path)
-
-    @staticmethod
-    def _scan_tail(segment: LogSegment) -> tuple[int, int]:
-        """(next offset, end of the last complete batch) of a segment, from its batch headers: from
-        the last offset-index entry on, or from the start when that walk meets a torn or garbage tail
-        (the index may point into it)."""
-        start = segment.offset_index.lookup(2**62)[1] if segment.offset_index.entries else 0
-        for position in (start, 0) if start else (0,):
-            next_offset = segment.base_offset
-            try:
-                for header in segment.iter_headers(position):
-                    # max: a last batch whose baseOffset (outside the CRC) went down must not take the
-                    # end offset below batches that exist
-                    next_offset = max(next_offset, header.next_offset)
-                    position = header.position + header.size
-            except CorruptRecordError:
-                pass
-            if position == segment.size:
-                break
-        return next_offset, position
 
     def _remove_leftovers(self) -> None:
         """Kafka's first load steps: drop .deleted/.cleaned files, finish complete .swap sets."""
@@ -353,12 +337,15 @@ class Log:
             log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
             segment.rebuild_indexes()
 
-    def _recover_segments(self, segments: list[LogSegment], first: int) -> list[LogSegment]:
-        """Validate every batch of segments[first:], rebuilding their indexes; cut at the first bad batch
-        and delete every later segment, as Kafka does after an unclean shutdown."""
-        for i in range(first, len(segments)):
-            segment = segments[i]
-            truncated = segment.recover()
+    def _recover_segments(self, segments: list[LogSegment], first: int) -> None:
+        """Validate every batch of segments[first:], rebuilding their indexes; cut the last one's torn
+        tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
+        intact batches after damage and every later segment (they may hold the only copy of their
+        records): the damage stays in place, its offsets unreadable, and appends go after the last
+        intact batch of the active segment."""
+        self._set_segments(segments)  # each segment's offset limit: a witness for its last batch
+        for segment in segments[first:]:
+            truncated = segment.recover(cut_torn_tail=segment is segments[-1])
             if truncated:
                 log.warning(
                     "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",
@@ -367,15 +354,6 @@ class Log:
                     segment.size,
                     segment.log_path,
                 )
-                for later in segments[i + 1 :]:
-                    log.warning(
-                        "%s: deleting %s, which follows the truncated segment", self.name, later.log_path
-                    )
-                    later.close(trim=False)
-                    for path in later.rename_suffix(DELETED_SUFFIX):
-                        path.unlink(missing_ok=True)
-                return segments[: i + 1]
-        return segments
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         # Copy-on-write: readers hold on to whichever list they fetched.
@@ -501,8 +479,9 @@ class Log:
         :meth:`append_values`; :class:`ProducerRecord` items keep keys, headers and timestamps.
 
         Every batch is encoded before the first is appended, so a record too large even alone raises
-        :class:`RecordTooLargeError` (its ``index`` names it) with nothing appended. The batches go in
-        under the log lock, back to back; an I/O error part-way (a full disk) leaves the earlier ones.
+        :class:`RecordTooLargeError` (its ``index`` names it) with nothing appended. All or nothing:
+        the batches go in with one write (see :meth:`_append_batches`), so an I/O error (a full disk)
+        leaves none of them.
         """
         if not items:
             raise ValueError("nothing to append")
@@ -522,7 +501,7 @@ class Log:
                 planned.append((batch, end - start))
                 base += end - start
                 start = end
-            return [self._append_batch(batch, count, now) for batch, count in planned]
+            return self._append_batches(planned, now)
 
     def _split_encoder(
         self, items: Sequence[ProducerRecord] | Sequence[bytes], now: int
@@ -580,24 +559,52 @@ class Log:
         if self._closed:
             raise ReadOnlyLogError(f"log {self.name} is closed")
 
+    def max_value_bytes(self) -> int:
+        """The largest value ``append``, ``append.raw`` and :meth:`append_values` can take as a record of
+        its own: its one-record batch (no key, no headers) fits ``max.message.bytes`` exactly; -1 when
+        none does. With a compression codec this is the uncompressed size (Kafka's producer checks
+        the serialized size before compression too); a batch that compression makes larger, as
+        incompressible data can, is still refused at append."""
+        limit = self.config.max_message_bytes
+        size = limit - V2_HEADER_SIZE - 7  # a record needs at least 7 bytes besides its value
+        while size >= 0 and single_value_batch_size(size) > limit:
+            size -= 1
+        return max(size, -1)
+
     def _append_batch(self, batch: bytes, count: int, now_ms: int) -> AppendInfo:
-        # Kafka checks the whole (possibly compressed) batch against max.message.bytes.
-        if len(batch) > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {len(batch)} bytes for log {self.name} exceeds max.message.bytes="
-                f"{self.config.max_message_bytes}"
-            )
-        first = self._next_offset
-        last = first + count - 1
-        max_ts = int.from_bytes(batch[35:43], "big", signed=True)
-        segment = self._maybe_roll(len(batch), max_ts, last, now_ms)
-        segment.append(batch, last, max_ts)
+        return self._append_batches([(batch, count)], now_ms)[0]
+
+    def _append_batches(self, batches: Sequence[tuple[bytes, int]], now_ms: int) -> list[AppendInfo]:
+        """Append consecutive ``(batch, record count)`` pairs with ONE write to the active segment:
+        all of them, or on any error none.
+
+        Kafka's roll rule is applied to their total size, so the roll (the step that needs new disk
+        space for indexes) comes before anything is written. The segment may then exceed
+        segment.bytes by up to one write: splitting a write across segments would need a roll
+        between its batches, which could fail with the first ones already visible to readers.
+        """
+        for batch, _ in batches:
+            # Kafka checks the whole (possibly compressed) batch against max.message.bytes.
+            if len(batch) > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {len(batch)} bytes for log {self.name} exceeds max.message.bytes="
+                    f"{self.config.max_message_bytes}"
+                )
+        infos, first = [], self._next_offset
+        for batch, count in batches:
+            max_ts = int.from_bytes(batch[35:43], "big", signed=True)
+            infos.append(AppendInfo(first, first + count - 1, max_ts))
+            first += count
+        total = sum(len(batch) for batch, _ in batches)
+        segment = self._maybe_roll(total, max(i.max_timestamp for i in infos), infos[-1].last_offset, now_ms)
+        placed = zip(batches, infos, strict=True)
+        segment.append_batches([(batch, info.last_offset, info.max_timestamp) for (batch, _), info in placed])
         self._dirty.add(segment)
-        self._next_offset = last + 1
-        self._unflushed_messages += count
+        self._next_offset = first
+        self._unflushed_messages += sum(count for _, count in batches)
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_locked()
-        return AppendInfo(first, last, max_ts)
+        return infos
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:
         active = self._segments[-1]
@@ -903,7 +910,10 @@ class Log:
                     return
                 if header.last_offset < start:
                     continue
-                validate_batch(data, header.at(0), path=segment.log_path)
+                try:
+                    validate_batch(data, header.at(0))
+                except CorruptRecordError as exc:
+                    raise exc.at(segment.log_path, header.position) from None
                 yield segment, header, data
                 if header.last_offset >= end_offset - 1:
                     return

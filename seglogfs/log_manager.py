@@ -32,6 +32,7 @@ from .checkpoint import (
     remove_clean_shutdown_marker,
     shared_topic_partitions,
     validate_log_name,
+    validate_topic,
     write_clean_shutdown_marker,
     write_leader_epoch_checkpoint,
     write_offset_checkpoint,
@@ -149,7 +150,7 @@ class LogManager:
 
     def _log_dir_names(self) -> list[str]:
         """The names of the log directories in the data dir, sorted. A symlink is never followed:
-        one with a log's name is offline (listed, so that its name is not reused, and explained)."""
+        one to a directory is an offline log (listed, so that its name is not reused, and explained)."""
         names = []
         with os.scandir(self.data_dir) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
@@ -158,11 +159,15 @@ class LogManager:
                     continue
                 try:
                     validate_log_name(entry.name)
-                except InvalidLogNameError:
+                except InvalidLogNameError as exc:
                     if entry.is_dir(follow_symlinks=False):
-                        log.warning("skipping %s: not a log directory name", path)
+                        log.warning("skipping %s: not a log directory name: %s", path, exc)
                     continue
-                if entry.is_symlink():
+                if entry.is_symlink() and not entry.is_dir():
+                    # A symlink to a file (a checkpoint's planted ``.tmp``...) is no log: nothing to serve.
+                    log.warning("skipping %s: a symbolic link (to %s), not a log directory", path,
+                                os.readlink(path))
+                elif entry.is_symlink():
                     target = os.readlink(path)
                     self._set_offline(
                         entry.name, f"{path} is a symbolic link (to {target}); seglogfs follows no symlinks"
@@ -296,14 +301,40 @@ class LogManager:
         """Write the recovery-point, log-start and replication (high watermark) checkpoints."""
         if self.read_only:
             return
+        with self._lock:  # maintenance and close both write the same <checkpoint>.tmp files
+            self._write_checkpoints()
+
+    def _write_checkpoints(self) -> None:
         logs = list(self._logs.values())
         offsets = {
             RECOVERY_POINT_CHECKPOINT: {(lg.topic, lg.partition): lg.recovery_point for lg in logs},
             LOG_START_CHECKPOINT: {(lg.topic, lg.partition): lg.start_offset for lg in logs},
             REPLICATION_CHECKPOINT: {(lg.topic, lg.partition): lg.end_offset for lg in logs},
         }
+        first_failure: OSError | None = None
         for name, entries in offsets.items():
-            write_offset_checkpoint(self.data_dir / name, {**self._kept_checkpoints[name], **entries})
+            try:  # each file on its own: one that cannot be written keeps no other from being written
+                write_offset_checkpoint(
+                    self.data_dir / name, self._checkpointable({**self._kept_checkpoints[name], **entries})
+                )
+            except OSError as exc:
+                first_failure = first_failure or exc
+        if first_failure is not None:
+            raise first_failure
+
+    @staticmethod
+    def _checkpointable(entries: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """``entries`` without those no checkpoint may hold (a topic outside Kafka's rules), each
+        logged: one bad line must not keep every other log's offsets from being written."""
+        valid = {}
+        for (topic, partition), offset in entries.items():
+            try:
+                validate_topic(topic)
+            except InvalidLogNameError as exc:
+                log.error("left out of the checkpoints: partition %d of %s", partition, exc)
+            else:
+                valid[(topic, partition)] = offset
+        return valid
 
     def flush_all(self) -> None:
         for log_obj in list(self._logs.values()):
@@ -330,7 +361,7 @@ class LogManager:
                 if not self.read_only:
                     try:
                         self.checkpoint()
-                    except OSError as exc:
+                    except Exception as exc:  # reported in CloseError; the logs are closed already
                         failures["checkpoints"] = exc
                     # An offline log is as the load found it: after an unclean load, the marker
                     # would vouch for data nobody recovered.

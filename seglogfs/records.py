@@ -574,6 +574,20 @@ def encode_values(
     )
 
 
+def _varint_size(value: int) -> int:
+    out = bytearray()
+    _write_varint(out, value)
+    return len(out)
+
+
+def single_value_batch_size(value_size: int) -> int:
+    """The exact size of the uncompressed batch :func:`encode_values` makes of one value of
+    ``value_size`` bytes: the batch header, then one record (attributes, timestamp and offset deltas 0,
+    no key, the value, no headers) behind its length varint."""
+    body = 1 + 1 + 1 + _varint_size(-1) + _varint_size(value_size) + value_size + _varint_size(0)
+    return V2_HEADER_SIZE + _varint_size(body) + body
+
+
 def encode_batch(
     records: Sequence[ProducerRecord],
     base_offset: int,

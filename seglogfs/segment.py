@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +76,7 @@ class LogSegment:
         self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX)
         self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
-        self._open_flags = flags | os.O_CLOEXEC
+        self._open_flags = flags | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted symlink is ELOOP
         self._fd_value = -1
         if writable and not self.log_path.exists():
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
@@ -237,32 +237,40 @@ class LogSegment:
         self._reset_indexes_for_rebuild()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         last_indexed = 0
-        for header in self._accepted_batches():
+        for header in self._recovered_batches(check_last=False):
             last_indexed = self._index_rebuilt_batch(header, last_indexed)
         # Trimmed as after a recovery (an active segment grows them again when the Log loads).
         self._finish_rebuilt_indexes(last_indexed)
 
-    def _accepted_batches(self) -> Iterator[BatchHeader]:
-        """Every intact batch of the .log whose offsets fit its neighbours', in order (damage skipped)."""
+    def _accepted_batches(
+        self, position: int = 0, previous: BatchHeader | None = None
+    ) -> Iterator[BatchHeader]:
+        """Every intact batch of the .log whose offsets fit its neighbours', in order (damage skipped),
+        from ``position`` (a batch boundary; ``previous``: the accepted batch before it, if any)."""
         end = self.size
-        previous: BatchHeader | None = None
         pending: BatchHeader | None = None
         damage_before = damage_after = False  # damage right before / right after ``pending``
-        position = 0
+        damage_at: int | None = None  # where the damage right after the last batch read begins
+        pending_damage_at: int | None = None  # ... right before ``pending``
         while True:
             header: BatchHeader | None = None
             if position < end:
                 header, _ = self._intact_batch_at(position, end)
                 if header is None:
+                    damage_at = position if damage_at is None else damage_at
                     position = self._resync(position + 1, end)
                     damage_after = True
                     continue
                 position = header.end_position
             if pending is not None:
-                trusted = (pending.position == 0 and pending.base_offset == self.base_offset) or (
-                    previous is not None
-                    and previous.end_position == pending.position
-                    and _follows(previous, pending)
+                trusted = (
+                    (pending.position == 0 and pending.base_offset == self.base_offset)
+                    or (
+                        previous is not None
+                        and previous.end_position == pending.position
+                        and _follows(previous, pending)
+                    )
+                    or (pending_damage_at is not None and self._bridges(previous, pending_damage_at, pending))
                 )
                 isolated = (damage_before or damage_after) and not (
                     _follows(previous, pending) or _follows(pending, header)
@@ -273,6 +281,25 @@ class LogSegment:
             if header is None:
                 return
             pending, damage_before, damage_after = header, damage_after, False
+            pending_damage_at, damage_at = damage_at, None
+
+    def _bridges(self, before: BatchHeader | None, damage_at: int, after: BatchHeader) -> bool:
+        """Whether the damaged batch at ``damage_at`` (its CRC failed) links ``before`` and ``after``
+        through its header's fields: its baseOffset continues ``before`` (at position 0: the
+        segment's base offset) and its lastOffsetDelta or its record count leads to ``after``'s base
+        offset. Two fields agreeing vouch for ``after``'s offsets, which nothing else can (its
+        baseOffset is outside its CRC) when it is the last batch of the active segment; one damaged
+        field (a length, a count, a delta, a record) still leaves two."""
+        if (before.end_position if before is not None else 0) != damage_at or after.magic < 2:
+            return False
+        raw = os.pread(self._fd, 61, damage_at)  # a v2 batch header
+        if len(raw) < 61:
+            return False
+        base = int.from_bytes(raw[0:8], "big", signed=True)
+        last_offset_delta = int.from_bytes(raw[23:27], "big", signed=True)
+        records_count = int.from_bytes(raw[57:61], "big", signed=True)
+        first = before.last_offset + 1 if before is not None else self.base_offset
+        return base == first and after.base_offset in (base + last_offset_delta + 1, base + records_count)
 
     def release_indexes(self) -> None:
         """Close the indexes until they are next used (a sealed segment need not hold them open)."""
@@ -336,36 +363,52 @@ class LogSegment:
 
     @property
     def rolling_based_timestamp(self) -> int:
-        """The first batch's max timestamp (-1 when the segment is empty or has none)."""
+        """The first batch's max timestamp (-1 when the segment is empty or has none); past a damaged
+        first batch (recovery keeps damage that intact batches follow), the first intact one's."""
         if self._rolling_based_timestamp is None:
-            first = self.read_header(0)
+            first = next(self.iter_intact_headers(0), None)
             self._rolling_based_timestamp = first.max_timestamp if first is not None else -1
         return self._rolling_based_timestamp
 
     # ------------------------------------------------------------------ appending
 
     def append(self, batch: bytes, last_offset: int, max_timestamp: int) -> None:
-        """Write one batch at the end of the .log and maintain the indexes (Kafka's append rule).
+        """Write one batch at the end of the .log and maintain the indexes (Kafka's append rule)."""
+        self.append_batches([(batch, last_offset, max_timestamp)])
+
+    def append_batches(self, batches: Sequence[tuple[bytes, int, int]]) -> None:
+        """Write consecutive ``(batch, last offset, max timestamp)`` at the end of the .log with one
+        write, then maintain the indexes batch by batch (Kafka's append rule).
 
         All or nothing: when any step fails (the write: ENOSPC or a short write; an index entry), the
         .log is cut back to its previous size, the indexes drop what this append added, and the error
         propagates. No byte of a failed append stays in the file, so none can reappear after a crash.
+        An index that fills up part-way (the roll rule checked it before the first batch only) gets no
+        more entries: lookups past its last entry scan further, and the next append rolls.
         """
         position = self.size
         # Opening the indexes may fail too (a missing file, ENOSPC): before anything is written.
         previous_max = (self.max_timestamp, self._offset_of_max_timestamp)
-        index_entry = self._bytes_since_last_index_entry > self.index_interval_bytes
+        since_entry = self._bytes_since_last_index_entry
         offset_index, time_index = self.offset_index, self.time_index
         entries_before = (offset_index.entries, time_index.entries)
+        data = batches[0][0] if len(batches) == 1 else b"".join(batch for batch, _, _ in batches)
         try:
-            written = os.pwrite(self._fd, batch, position)
-            if written != len(batch):
+            written = os.pwrite(self._fd, data, position)
+            if written != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
-            if max_timestamp > previous_max[0]:
-                self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
-            if index_entry:
-                offset_index.append(last_offset, position)
-                time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            batch_position = position
+            for batch, last_offset, max_timestamp in batches:
+                if max_timestamp > self._max_timestamp:
+                    self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
+                if since_entry > self.index_interval_bytes and not (
+                    offset_index.is_full() or time_index.is_full()
+                ):
+                    offset_index.append(last_offset, batch_position)
+                    time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                    since_entry = 0
+                since_entry += len(batch)
+                batch_position += len(batch)
         except BaseException:
             os.ftruncate(self._fd, position)
             self._max_timestamp, self._offset_of_max_timestamp = previous_max
@@ -373,11 +416,9 @@ class LogSegment:
             time_index.limit_entries(entries_before[1])
             raise
         if position == 0:
-            self._rolling_based_timestamp = max_timestamp
-        if index_entry:
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += len(batch)
-        self.size = position + len(batch)
+            self._rolling_based_timestamp = batches[0][2]
+        self._bytes_since_last_index_entry = since_entry
+        self.size = position + len(data)
 
     def should_roll(
         self,
@@ -601,10 +642,21 @@ class LogSegment:
             )
             for h in batch
         ]
+        # A batch beyond a damaged one whose header links it to the batch before (``_bridges``).
+        bridged = [
+            i >= 2
+            and h is not None
+            and batch[i - 1] is None
+            and batch[i - 2] is not None
+            and self._bridges(batch[i - 2], items[i - 1].position, h)
+            for i, h in enumerate(batch)
+        ]
         for i in range(1, n):
             trusted[i] = trusted[i] or (trusted[i - 1] and _follows(batch[i - 1], batch[i]))
+            trusted[i] = trusted[i] or (bridged[i] and trusted[i - 2])
         for i in range(n - 2, -1, -1):
             trusted[i] = trusted[i] or (trusted[i + 1] and _follows(batch[i], batch[i + 1]))
+            trusted[i] = trusted[i] or (i + 2 < n and bridged[i + 2] and trusted[i + 2])
         index_disagrees = False
         for h, ok in zip(batch, trusted, strict=True):
             if h is not None and ok:
@@ -677,16 +729,66 @@ class LogSegment:
             previous, position = header, header.end_position
 
     def iter_batches(
-        self, start_position: int = 0, end_position: int | None = None, *, fd: int | None = None
+        self,
+        start_position: int = 0,
+        end_position: int | None = None,
+        *,
+        fd: int | None = None,
+        sealed: bool | None = None,
+        on_damage: Callable[[Damage], None] | None = None,
     ) -> Iterator[tuple[BatchHeader, bytes]]:
         """(header, batch bytes) of every complete batch from ``start_position`` (file positions in headers).
 
-        Reads in large chunks; stops silently at a torn tail (a batch still being written). ``fd``: a
-        descriptor of this .log the caller owns, to read through instead of the segment's own.
+        Reads in large chunks. A batch running past the end is a torn tail (a batch still being
+        written: the walk stops silently) only where the segment can still grow; in a ``sealed``
+        segment (by default: one a later segment follows) walked to its end it is damage, like a size
+        field no batch can have. Damage raises CorruptRecordError naming the file and position, unless
+        ``on_damage`` is given: then every batch is also CRC-checked, and from the first damage or
+        break in the offsets on, the walk continues with :meth:`find_batch`'s careful survey: each
+        damaged stretch (or batch whose offsets contradict its neighbours') goes to ``on_damage`` and
+        the walk resumes at the next intact batch. ``fd``: a descriptor of this .log the caller owns,
+        to read through instead of the segment's own (the survey reads through the segment's).
         """
         fd = self._fd if fd is None else fd
+        sealed = self.offset_limit is not None if sealed is None else sealed
         end = self.size if end_position is None else min(end_position, self.size)
-        position = start_position
+        walk = self._walk_batches(fd, start_position, end, tail_is_damage=sealed and end == self.size)
+        if on_damage is None:
+            yield from walk
+            return
+        previous: BatchHeader | None = None
+        try:
+            for header, data in walk:
+                if not self._continues(previous, header, data):
+                    break
+                yield header, data
+                previous = header
+            else:
+                return
+        except CorruptRecordError:
+            pass
+        # Survey from the last batch that carried on (a witness for the offsets after it).
+        survey_from = suspect = start_position
+        if previous is not None:
+            survey_from, suspect = previous.position, previous.end_position
+        items, _ = self._survey(survey_from, 2**62, _Entries.none())
+        for item in items:
+            if item.position < suspect:
+                continue
+            if isinstance(item, Damage):
+                if item.position >= end:
+                    return
+                on_damage(item)
+                continue
+            if item.end_position > end:
+                return
+            yield item, os.pread(fd, item.size, item.position)
+
+    def _walk_batches(
+        self, fd: int, position: int, end: int, *, tail_is_damage: bool
+    ) -> Iterator[tuple[BatchHeader, bytes]]:
+        """:meth:`iter_batches` without resync: a batch running past ``end`` is a torn tail, or
+        CorruptRecordError when ``tail_is_damage``."""
         while position < end:
             chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
             consumed = 0
@@ -700,44 +802,121 @@ class LogSegment:
                 # The next batch is larger than the chunk: read exactly it, or stop at a torn tail.
                 header = pread_header(fd, position, end, self.log_path)
                 if header is None:
+                    if tail_is_damage:
+                        raise CorruptRecordError(
+                            "a batch runs past the end of the sealed segment", self.log_path, position
+                        )
                     return
                 data = os.pread(fd, header.size, position)
                 yield header, data
                 consumed = header.size
             position += consumed
 
+    def _continues(self, previous: BatchHeader | None, header: BatchHeader, data: bytes) -> bool:
+        """Whether ``header``'s batch is intact (its CRC) and its offsets carry on from ``previous``
+        (or start the segment); anything else is for the careful survey to judge."""
+        try:
+            validate_batch(data, header.at(0))
+        except CorruptRecordError:
+            return False
+        if previous is None:
+            return header.position != 0 or header.magic < 2 or header.base_offset == self.base_offset
+        if header.magic < 2:
+            return header.last_offset > previous.last_offset
+        return _follows(previous, header)
+
     # ------------------------------------------------------------------ recovery
 
-    def recover(self) -> int:
-        """Rebuild both indexes from the .log, validating every batch; cut a corrupt or torn tail.
+    def recover(self, *, cut_torn_tail: bool = True) -> int:
+        """Rebuild both indexes from the intact batches of the .log (every batch CRC-checked); with
+        ``cut_torn_tail`` (the active segment) cut its torn tail. Returns the number of bytes cut.
 
-        Returns the number of bytes truncated. Kafka's LogSegment.recover, per batch.
+        Only a torn tail is cut: damage with no intact batch after it, or a last batch whose offsets do
+        not continue its predecessor's. Kafka's LogSegment.recover cuts at the first bad batch; here
+        damage followed by intact batches stays in place, unindexed, and its offsets are EIO through
+        the survey sealed segments use (it may be all that is left of those records, and the intact
+        batches after it are the only copy of theirs).
         """
         self._indexes_checked = True  # rebuilt below: opening them need not check them first
         self._reset_indexes_for_rebuild()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._rolling_based_timestamp = None
-        valid = 0
-        last_indexed = 0
-        try:
-            for header, data in self.iter_batches(0):
-                validate_batch(data, header.at(0), path=self.log_path)
-                if header.base_offset < self.base_offset and header.magic >= 2:
-                    raise CorruptRecordError(
-                        f"batch offset {header.base_offset} is below the segment base {self.base_offset}",
-                        self.log_path,
-                        header.position,
-                    )
-                last_indexed = self._index_rebuilt_batch(header, last_indexed)
-                valid = header.position + header.size
-        except CorruptRecordError:
-            pass  # everything from the first bad batch on is cut below
-        truncated = self.size - valid
+        valid = kept = last_indexed = 0
+        for header in self._recovered_batches(check_last=cut_torn_tail):
+            last_indexed = self._index_rebuilt_batch(header, last_indexed)
+            valid, kept = header.end_position, kept + header.size
+        truncated = self.size - valid if cut_torn_tail else 0
         if truncated:
             os.ftruncate(self._fd, valid)
             self.size = valid
+        if kept < self.size:
+            log.warning("%s: kept %d damaged bytes in place (not cut: intact data follows); their records "
+                        "are unreadable", self.log_path, self.size - kept)
         self._finish_rebuilt_indexes(last_indexed)
         return truncated
+
+    def intact_end(self) -> tuple[int, int]:
+        """(next offset, end position) of the last intact batch: the log end offset and where the
+        segment's data ends (what lies past it is a torn tail). Quick when the tail is sound: the
+        headers from the last offset-index entry but one on (so that the last batch's predecessor is
+        walked too, to vouch for its offsets), and the last batch's CRC checked; otherwise every batch
+        from the start, past damage, as :meth:`recover` keeps them."""
+        entries = self.offset_index.entries
+        start = self.offset_index.entry(entries - 2)[1] if entries >= 2 else 0
+        before = last = None
+        position = start
+        try:
+            for header in self.iter_headers(start):
+                before, last, position = last, header, header.end_position
+        except CorruptRecordError:
+            position = -1
+        if position == self.size:
+            if last is None:
+                return self.base_offset, 0
+            if self._intact_batch_at(last.position, self.size)[0] is not None and self._continues_offsets(
+                before, last
+            ):
+                return last.next_offset, position
+        last = None
+        for last in self._recovered_batches():  # noqa: B007
+            pass
+        return (last.next_offset, last.end_position) if last is not None else (self.base_offset, 0)
+
+    def _recovered_batches(self, *, check_last: bool = True) -> Iterator[BatchHeader]:
+        """The intact batches recovery keeps, in order: CRC-valid, offsets fitting their neighbours',
+        damage skipped; with ``check_last`` (the active segment, whose offsets run on without gaps) the
+        last one only when its offsets continue its predecessor's, as nothing after it can vouch for
+        them. A chunked walk while batches follow each other, then the careful one."""
+        previous: BatchHeader | None = None
+        position = 0
+        try:
+            for header, data in self.iter_batches(0, sealed=False):
+                if not self._continues(previous, header, data):
+                    break
+                previous, position = header, header.end_position
+                yield header
+        except CorruptRecordError:
+            pass
+        before, last = None, previous
+        if position < self.size:
+            for header in self._accepted_batches(position, previous):
+                if last is not None and last is not previous:
+                    yield last
+                before, last = last, header
+            if last is not None and last is not previous and (
+                not check_last or self._continues_offsets(before, last)
+            ):
+                yield last
+
+    def _continues_offsets(self, before: BatchHeader | None, last: BatchHeader) -> bool:
+        """Whether the offsets of the active segment's last intact batch can be believed: it continues
+        the batch right before it in the file (at position 0: the segment's base offset). After damage
+        nothing can tell (the damaged stretch may hold the offsets between)."""
+        if last.magic < 2:
+            return True
+        if before is not None and before.end_position == last.position:
+            return _follows(before, last)
+        return last.position != 0 or last.base_offset == self.base_offset
 
     def _index_rebuilt_batch(self, header: BatchHeader, last_indexed: int) -> int:
         """Kafka's per-batch index rule during a rebuild (``recover``, ``rebuild_indexes``): track the

@@ -7,7 +7,9 @@ through its own file, by file position, up to the size that file had when scanne
 on into a segment rolled after it. A sealed segment is scanned once, the active one only from where
 the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To serve reads, a
 segment also gets a batch table (file position and first stream byte of every batch), kept for the
-active segment and a few recently read sealed ones.
+active segment and a few recently read sealed ones. A damaged batch (one whose records are EIO through
+``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the segment's careful
+survey) and logs the damage once, so damage costs the stream only its own records, never a read or a stat.
 
 Retention: a segment the log deletes stays readable while its renamed ``.deleted`` file exists (Kafka's
 ``file.delete.delay.ms``, which exists for readers in the middle of it). Once it is gone its bytes
@@ -36,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from seglogfs.errors import OffsetOutOfRangeError
+from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log import DELETED_SUFFIX
-from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header, validate_batch
-from seglogfs.segment import LogSegment
+from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header
+from seglogfs.segment import Damage, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -130,27 +132,57 @@ class ValueStream:
         self._raise_if_gone(seg)
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
 
-    def _scan(self, seg: _Segment) -> None:
-        """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now."""
+    def _scan(self, seg: _Segment, *, report: bool = True) -> None:
+        """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now. A damaged
+        batch contributes nothing: the walk resyncs on the next intact one, and (when ``report``) the
+        damage is logged once, naming the file, the position and the offsets skipped."""
         segment = seg.segment
         end = segment.size  # only complete batches lie below it
+        damaged: list[Damage] = []
         fd = self._open(seg)
         try:
-            for header, data in segment.iter_batches(seg.scanned, end, fd=fd):
-                local = header.at(0)
-                validate_batch(data, local, path=segment.log_path)
+            for header, data in segment.iter_batches(
+                seg.scanned, end, fd=fd, sealed=seg.sealed, on_damage=damaged.append
+            ):
+                try:
+                    nbytes = batch_value_bytes(data, header.at(0), str(segment.log_path))
+                except CorruptRecordError as exc:  # its CRC holds, its records do not parse
+                    damaged.append(Damage(header.position, header.end_position, str(exc).split(" in ", 1)[0]))
+                    continue
+                if damaged:
+                    self._skipped(seg, damaged, header.base_offset, report=report)
                 if header.last_offset >= seg.min_offset:
                     if seg.positions is not None:
                         seg.positions.append(header.position)
                         seg.sizes.append(header.size)
                         seg.starts.append(seg.nbytes)
-                    seg.nbytes += batch_value_bytes(data, local, str(segment.log_path))
-                seg.scanned = header.position + header.size
+                    seg.nbytes += nbytes
+                seg.scanned = header.end_position
                 seg.next_offset = header.next_offset
+        except FileNotFoundError:  # the survey past damage reads the segment's own file: purged
+            self._raise_if_gone(seg)
+            raise
         finally:
             os.close(fd)
+        if damaged:
+            self._skipped(seg, damaged, segment.offset_limit, report=report)
         if seg.sealed:
             seg.complete = True  # a torn or garbage tail of a sealed segment never completes
+
+    def _skipped(
+        self, seg: _Segment, damaged: list[Damage], next_offset: int | None, *, report: bool
+    ) -> None:
+        """Step ``seg``'s scan past ``damaged`` (the stretches before the batch at ``next_offset``, or
+        before the segment's end when None); log each stretch unless ``report`` is False (a rescan)."""
+        seg.scanned = max(seg.scanned, damaged[-1].end)
+        if report:
+            skipped = f"{seg.next_offset}..{'' if next_offset is None else next_offset - 1}"
+            for damage in damaged:
+                log.error(
+                    "%s: records: %s: position %d: %s; offsets %s skipped",
+                    self.log.name, seg.segment.log_path, damage.position, damage.reason, skipped,
+                )
+        damaged.clear()
 
     def _check_continuity(self, newest: _Segment | None, base_offset: int) -> None:
         """Before counting a segment starting at ``base_offset``: when the records before it are not
@@ -245,7 +277,7 @@ class ValueStream:
         """``seg`` with its batch table (rescanning a sealed segment whose table was dropped)."""
         if seg.positions is None:
             fresh = _Segment(seg.segment, sealed=True, dropped=seg.dropped, min_offset=seg.min_offset)
-            self._scan(fresh)
+            self._scan(fresh, report=False)  # its damage was logged by the first scan
             seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
         if seg.complete:
             self._remember_table(seg)

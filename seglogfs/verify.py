@@ -36,7 +36,7 @@ import numpy as np
 from crc32c import crc32c
 
 from .checkpoint import is_kafka_special_dir
-from .dump import open_readonly
+from .dump import non_regular_kind, open_readonly
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 from .records import decode_batch_columns, iter_batch_headers, validate_batch
@@ -143,10 +143,18 @@ def _log_files(directory: Path) -> list[str]:
     """Names of the files in ``directory`` that only a log dir holds (segment files, per-log files)."""
     found = []
     for path in directory.iterdir():
-        stem, dot, suffix = path.name.partition(".")
-        if path.name in _LOG_DIR_FILES or (stem.isdigit() and dot and f".{suffix}" in _SEGMENT_SUFFIXES):
+        if path.name in _LOG_DIR_FILES or _is_segment_file_name(path.name):
             found.append(path.name)
     return sorted(found)
+
+
+def _is_segment_file_name(name: str) -> bool:
+    stem, dot, suffix = name.partition(".")
+    return stem.isdigit() and bool(dot) and f".{suffix}" in _SEGMENT_SUFFIXES
+
+
+def _not_regular(path: Path, kind: str) -> Problem:
+    return Problem(path, None, f"{kind}, not a regular file: a segment's data cannot be read from it")
 
 
 def _no_log_files(log_dir: Path, files: list[str]) -> Problem:
@@ -180,6 +188,8 @@ def find_segments(paths: Iterable[str | Path]) -> tuple[list[list[Path]], list[P
                     groups.setdefault(log_dir, set()).update(logs)
                 elif not is_kafka_special_dir(log_dir.name) and (files := _log_files(log_dir)):
                     problems.append(_no_log_files(log_dir, files))  # a "-delete" dir may be emptied
+        elif (kind := non_regular_kind(path)) is not None:
+            problems.append(_not_regular(path, kind))  # never opened: a FIFO would block forever
         else:
             problems.append(Problem(path, None, "no such file or directory"))
     ordered = [sorted(files, key=lambda p: int(p.name.split(".")[0])) for _, files in sorted(groups.items())]
@@ -426,6 +436,8 @@ def verify_segment(
     stem = log_path.with_suffix("")
     for suffix, check in ((".index", _check_offset_index), (".timeindex", _check_time_index)):
         path = stem.with_name(stem.name + suffix)
+        if non_regular_kind(path) is not None:
+            continue  # reported by _check_log_dir; never opened (a FIFO would block forever)
         if not path.exists():
             if size > 0:
                 report.note(path, None, "missing (recovery rebuilds it)")
@@ -442,7 +454,13 @@ def verify_segment(
 
 
 def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> None:
-    """Segment-level checks of one log dir: orphan indexes, overlapping segments, producer snapshots."""
+    """Segment-level checks of one log dir: segment files that are not regular files, orphan indexes,
+    producer snapshots."""
+    irregular = set()
+    for entry in sorted(log_dir.iterdir()):
+        if _is_segment_file_name(entry.name) and (kind := non_regular_kind(entry)) is not None:
+            report.problems.append(_not_regular(entry, kind))
+            irregular.add(entry)
     bases = {p.name.split(".")[0] for p in logs}
     first_base = min((int(b) for b in bases), default=0)
     for suffix in ("*.index", "*.timeindex"):
@@ -456,6 +474,8 @@ def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> Non
                         Problem(p, None, "index without a .log: that segment's records are gone")
                     )
     for snap in sorted(log_dir.glob("*.snapshot")):
+        if snap in irregular:
+            continue
         data = snap.read_bytes()
         if len(data) < 10 or int.from_bytes(data[2:6], "big") != crc32c(data[6:]):
             report.problems.append(Problem(snap, 2, "producer snapshot CRC-32C does not match"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -308,3 +309,86 @@ def test_kafka_special_dirs() -> None:
     assert is_kafka_special_dir("events-0.3b2c1a0f9e8d7c6b5a4f3e2d1c0b9a8f-stray")
     assert not is_kafka_special_dir("events-0")
     assert not is_kafka_special_dir("delete")
+
+
+# --- planted symlinks: no writer of the data dir or a log dir follows one ------------------------------
+
+_WRITERS = {
+    "offset checkpoint": (
+        "recovery-point-offset-checkpoint",
+        lambda d: write_offset_checkpoint(d / "recovery-point-offset-checkpoint", {("t", 0): 5}),
+        lambda d: read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {("t", 0): 5},
+    ),
+    "leader epoch checkpoint": (
+        "leader-epoch-checkpoint",
+        lambda d: write_leader_epoch_checkpoint(d / "leader-epoch-checkpoint", [(0, 3)]),
+        lambda d: read_leader_epoch_checkpoint(d / "leader-epoch-checkpoint") == [(0, 3)],
+    ),
+    "partition.metadata": (
+        "partition.metadata",
+        lambda d: write_partition_metadata(d, "AAAAAAAAAAAAAAAAAAAAAg"),
+        lambda d: read_partition_metadata(d) == "AAAAAAAAAAAAAAAAAAAAAg",
+    ),
+    "clean-shutdown marker": (
+        CLEAN_SHUTDOWN_FILE,
+        lambda d: write_clean_shutdown_marker(d, 7),
+        lambda d: read_clean_shutdown_marker(d) == 7,
+    ),
+    "producer snapshot": (
+        "00000000000000000000.snapshot",
+        lambda d: write_empty_producer_snapshot(d / "00000000000000000000.snapshot"),
+        lambda d: (d / "00000000000000000000.snapshot").read_bytes() == EMPTY_PRODUCER_SNAPSHOT,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITERS))
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
+def test_a_symlink_planted_at_the_tmp_file_is_never_followed(
+    tmp_path: Path, kind: str, dangling: bool
+) -> None:
+    name, write, written = _WRITERS[kind]
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    victim = tmp_path / "outside" / "victim"
+    victim.parent.mkdir()
+    if not dangling:
+        victim.write_bytes(b"precious\n")
+    (directory / f"{name}.tmp").symlink_to(victim)
+    write(directory)
+    assert written(directory), kind
+    assert not (directory / name).is_symlink() and not (directory / f"{name}.tmp").exists()
+    if dangling:
+        assert not victim.exists(), f"{kind} created a file outside the directory"
+    else:
+        assert victim.read_bytes() == b"precious\n", f"{kind} wrote through the symlink"
+
+
+def test_a_directory_in_place_of_the_tmp_file_is_an_error_not_a_deletion(tmp_path: Path) -> None:
+    (tmp_path / "recovery-point-offset-checkpoint.tmp").mkdir()
+    (tmp_path / "recovery-point-offset-checkpoint.tmp" / "keep").write_text("x")
+    with pytest.raises(IsADirectoryError):
+        write_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint", {("t", 0): 1})
+    assert (tmp_path / "recovery-point-offset-checkpoint.tmp" / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("suffix", [".log", ".index", ".timeindex"])
+def test_a_segment_roll_onto_a_planted_symlink_writes_nothing_outside(tmp_path: Path, suffix: str) -> None:
+    from seglogfs.config import LogConfig
+    from seglogfs.log import Log
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), create=True)
+    try:
+        log.append_values([b"x" * 150])
+        (tmp_path / "t-0" / f"{log.end_offset:020d}{suffix}").symlink_to(victim)
+        with pytest.raises(OSError):
+            for _ in range(3):
+                log.append_values([b"y" * 150])
+        assert victim.read_bytes() == b"precious\n"
+        assert next(r.value for r in log.iter_records()) == b"x" * 150
+    finally:
+        with contextlib.suppress(OSError):
+            log.close()
+    assert victim.read_bytes() == b"precious\n"

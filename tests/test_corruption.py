@@ -259,7 +259,7 @@ class Case:
     detail: str = ""
     file: Path | None = None
     may_fail: set[int] = field(default_factory=set)  # offsets allowed to be EIO (never other bytes)
-    lossy_tail_from: int | None = None  # active-segment damage: offsets from here may be gone
+    torn_tail_from: int | None = None  # the active segment's last batch damaged: cut from here
     unreadable: int = 0  # offsets the engine found unreadable
     verify: tuple[int, str] = (0, "")  # `seglogfs verify` of the damaged log dir: exit code, output
 
@@ -330,10 +330,10 @@ def damage_log(log_dir: Path, name: str, rng: random.Random) -> Case:
         case.may_fail |= _batch_offsets(path, position)
         if kind == "log-zero-run":  # a run may reach into the next batch
             case.may_fail |= _batch_offsets(path, min(position + length, len(data)) - 1)
-        if kind == "log-active":
-            # Damage in the active segment is a tail to the load (DESIGN: cut, read-write), and the
-            # end offset comes from its last header: offsets from the segment's base may go.
-            case.lossy_tail_from = int(path.stem)
+        if kind == "log-active" and position >= headers[-1].position:
+            # Only damage with no intact batch after it is a torn tail (cut, or not read): anywhere
+            # else in the active segment it costs its own batch, like in a sealed one.
+            case.torn_tail_from = headers[-1].base_offset
         path.write_bytes(bytes(data))
         return case
     if kind.startswith(("index-", "timeindex-")):
@@ -402,8 +402,8 @@ class Lost(tuple):
 
 
 def lost_offsets(log: Log, case: Case, end: int, dir_kind: str) -> Lost:
-    """Below a log start offset a damaged checkpoint moved up; past damage in the active segment."""
-    ranges = [range(case.lossy_tail_from, end)] if case.lossy_tail_from is not None else []
+    """Below a log start offset a damaged checkpoint moved up; a torn tail cut from the active segment."""
+    ranges = [range(case.torn_tail_from, end)] if case.torn_tail_from is not None else []
     if dir_kind.startswith("start-"):
         ranges.append(range(log.start_offset))
     return Lost(ranges)
@@ -455,13 +455,14 @@ def check_in_process(
             context = f"{case} dir={dir_kind}"
             if name in offline:
                 # Acceptable only for damage that may hold the only copy of data (a .swap with no
-                # segment of its own never happens here) or a damaged active tail: report it.
-                assert case.kind in ("log-active", "swap"), f"{context}: offline: {offline[name]}"
+                # segment of its own never happens here): a damaged active segment is no reason.
+                assert case.kind == "swap", f"{context}: offline: {offline[name]}"
                 outcomes["offline"] += 1
                 continue
             log = manager.get(name)
             lost = lost_offsets(log, case, ends[name], dir_kind)
-            assert log.end_offset == ends[name] or lost, f"{context}: end {log.end_offset} != {ends[name]}"
+            expected_end = ends[name] if case.torn_tail_from is None else case.torn_tail_from
+            assert log.end_offset == expected_end, f"{context}: end {log.end_offset} != {expected_end}"
             readable = [o for o in range(ends[name]) if expect_read(log, o, case, lost) == "ok"]
             outcomes["ok"] += len(readable)
             outcomes["unreadable"] += ends[name] - len(readable)
@@ -523,7 +524,7 @@ def check_mounted(tmp_path: Path, data_dir: Path, ends: dict[str, int], cases: d
             log_dir = daemon / name
             info = json.loads((log_dir / "info").read_text())
             if info.get("offline"):
-                assert case.kind in ("log-active", "swap"), f"{case}: offline through the mount: {info}"
+                assert case.kind == "swap", f"{case}: offline through the mount: {info}"
                 continue
             offsets = set(rng.sample(range(ends[name]), min(12, ends[name]))) | case.may_fail
             for offset in sorted(offsets):
@@ -534,7 +535,7 @@ def check_mounted(tmp_path: Path, data_dir: Path, ends: dict[str, int], cases: d
                     allowed = {errno.EIO} if offset in case.may_fail else set()
                     if offset >= info["end_offset"] or offset < info["start_offset"]:
                         allowed.add(errno.ENOENT)
-                    if case.lossy_tail_from is not None and offset >= case.lossy_tail_from:
+                    if case.torn_tail_from is not None and offset >= case.torn_tail_from:
                         allowed.add(errno.ENOENT)
                     assert exc.errno in allowed, f"{case}: by-offset/{offset}: {exc}"
                     continue
@@ -569,6 +570,7 @@ def test_corruption_campaign(tmp_path: Path, round_no: int, caplog) -> None:
         outcomes = check_in_process(data_dir, dict(ends), cases, dir_kind)
     print(
         f"round {round_no} seed={SEED} dir={dir_kind} kinds={Counter(c.kind for c in cases.values())} "
+        f"torn-tails={sum(c.torn_tail_from is not None for c in cases.values())} "
         f"reads={dict(outcomes)}"
     )
     for case in cases.values():
@@ -621,3 +623,64 @@ def test_through_the_mount_damage_costs_only_its_batch(tmp_path: Path) -> None:
         daemon.cleanup()
     assert f"{len_path}" in daemon.stderr() and f"position {damaged.position}" in daemon.stderr()
     assert "Traceback" not in daemon.stderr()
+
+
+def _read_by_offset(log_dir: Path, offset: int) -> bytes | int:
+    """``by-offset/<offset>`` through the mount: its bytes, or the errno of the failure."""
+    try:
+        return (log_dir / "by-offset" / str(offset)).read_bytes()
+    except OSError as exc:
+        return exc.errno
+
+
+@pytest.mark.fuse
+@pytest.mark.usefixtures("fuse_available")
+@pytest.mark.parametrize("marker", ["present", "absent"])
+def test_through_the_mount_active_segment_damage_costs_only_its_batch_across_restarts(
+    tmp_path: Path, marker: str
+) -> None:
+    """In the active segment, a damaged batch with intact batches after it costs only itself (EIO; the
+    batches after it stay and appends go after them), and a damaged last batch is a torn tail: cut,
+    the end offset that of the last intact batch (a damaged lastOffsetDelta once moved it far past
+    the data). The same after a clean stop and a restart, with the clean-shutdown marker or without."""
+    data_dir = tmp_path / "data"
+    with LogManager(data_dir, CFG) as manager:
+        for name in ("mid-0", "tail-0"):
+            log = manager.create_log(name)
+            for _ in range(80):
+                start = log.end_offset
+                log.append_values([value_of(start + i) for i in range(3)])
+            end = log.end_offset
+    actives = {name: sorted((data_dir / name).glob("*.log"))[-1] for name in ("mid-0", "tail-0")}
+    middle = batches_of(actives["mid-0"])[-3]
+    patch(actives["mid-0"], middle.end_position - 2, b"\xff")  # a record byte: its CRC fails
+    last = batches_of(actives["tail-0"])[-1]
+    patch(actives["tail-0"], last.position + 23, struct.pack(">i", 258))  # lastOffsetDelta: 2 -> 258
+    expected = {
+        "mid-0": {o: value_of(o) for o in range(end)},
+        "tail-0": {o: value_of(o) for o in range(last.base_offset)},
+    }
+    expected["mid-0"].update(dict.fromkeys(range(middle.base_offset, middle.last_offset + 1), errno.EIO))
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={}, defaults=CAMPAIGN_DEFAULTS)
+    try:
+        for run in range(2):
+            if marker == "absent":
+                (data_dir / CLEAN_SHUTDOWN_FILE).unlink()
+            daemon.start()
+            for name, values in expected.items():
+                info = json.loads((daemon / name / "info").read_text())
+                assert info["end_offset"] == len(values), (marker, run, name, info)
+                for offset in range(len(values) + 2):
+                    got = _read_by_offset(daemon / name, offset)
+                    assert got == values.get(offset, errno.ENOENT), (marker, run, name, offset, got)
+                subprocess.run(
+                    ["sh", "-c", f"printf 'next-{run}\\n' >> {daemon / name / 'append'}"], check=True
+                )
+                values[len(values)] = b"next-%d" % run
+                assert _read_by_offset(daemon / name, len(values) - 1) == values[len(values) - 1]
+            assert daemon.stop() == 0, daemon.stderr()
+            assert (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+    finally:
+        daemon.cleanup()
+    assert "Traceback" not in daemon.stderr()
+    assert f"{actives['mid-0']}" in daemon.stderr()  # the kept damage is named

@@ -222,3 +222,67 @@ def test_alias_bomb_on_reload_is_refused_at_once_and_the_daemon_serves(seglogd) 
     assert (d / "events-0" / "by-offset" / "0").read_text() == "still serving"
     assert info(d.mount, "events-0")["config"]["segment.bytes"] == 1 << 20  # the running config stays
     assert d.stop() == 0
+
+
+def test_symlinks_planted_at_the_data_dir_tmp_files_are_never_followed(seglogd, tmp_path: Path) -> None:  # noqa: F811
+    """``<data_dir>/<checkpoint>.tmp -> /outside/victim``: start, append, stop must leave the victim as it
+    was (the checkpoints and the marker are written beside, never through, the symlink)."""
+    d = seglogd(start=False)
+    d.data_dir.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    names = [
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "replication-offset-checkpoint",
+        ".kafka_cleanshutdown",
+    ]
+    for name in names:
+        (outside / name).write_text("precious\n")
+        (d.data_dir / f"{name}.tmp").symlink_to(outside / name)
+    (d.data_dir / "events-0").mkdir()
+    (d.data_dir / "events-0" / "partition.metadata.tmp").symlink_to(outside / "dangling")
+    d.start()
+    (d / "events-0" / "append").write_text("one\ntwo\n")
+    assert (d / "events-0" / "by-offset" / "1").read_text() == "two"
+    assert d.stop() == 0, d.stderr()
+    assert "Traceback" not in d.stderr(), d.stderr()
+    assert {p.name: p.read_text() for p in outside.iterdir()} == {name: "precious\n" for name in names}
+    assert (d.data_dir / ".kafka_cleanshutdown").is_file()
+    assert "events 0 2" in (d.data_dir / "recovery-point-offset-checkpoint").read_text()
+    d.start()
+    assert (d / "events-0" / "by-offset" / "0").read_text() == "one"
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """True once process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught >> (sig - 1) & 1)
+
+
+def test_sigterm_at_the_first_moment_seglogd_can_catch_it_is_a_clean_stop(seglogd) -> None:  # noqa: F811
+    """SIGTERM during start-up (config, imports, opening logs) ends seglogd cleanly (exit 0) without
+    mounting; it used to die of the default disposition (143) until libfuse installed its handler."""
+    d = seglogd(start=False)
+    before_mount = 0
+    for round_ in range(3):
+        d.start(wait=False)
+        assert d.proc is not None
+        deadline = time.monotonic() + 30
+        while not _catches(d.proc.pid, signal.SIGTERM):  # no sleep: send it the moment it can be caught
+            assert d.proc.poll() is None and time.monotonic() < deadline, (round_, d.stderr())
+        d.proc.send_signal(signal.SIGTERM)
+        code = d.proc.wait(30)
+        assert code == 0, (round_, code, d.stderr())
+        assert not mounted(d.mount), round_
+        assert "Traceback" not in d.stderr(), d.stderr()
+        before_mount += "stop requested before mounting" in d.stderr()
+    assert before_mount > 0, "every SIGTERM arrived after the mount: start-up never caught it"
+    d.start()
+    (d / "events-0" / "append").write_text("after\n")
+    assert (d / "events-0" / "records").read_text() == "after\n"
+    assert d.stop() == 0

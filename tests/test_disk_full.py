@@ -137,6 +137,33 @@ def test_appending_on_a_disk_hovering_at_full_is_enospc_not_sigbus(tiny_disk: Pa
     assert _records(d.mount, "events-0") == acknowledged
 
 
+def test_a_write_of_several_batches_that_hits_enospc_appends_none_of_them(seglogd, tmp_path: Path) -> None:  # noqa: F811
+    """A write becomes 8 batches (max.message.bytes 1000) that need a roll; a 4 MiB disk has no room
+    for a second segment's 1.2 MB indexes: ENOSPC, and none of the 8 records (4 used to stay)."""
+    with small_tmpfs(tmp_path / "tiny4", "4M") as disk:
+        d = seglogd(
+            data_dir=disk / "data",
+            defaults={"segment.bytes": 4096, "max.message.bytes": 1000, "segment.index.bytes": 1200000},
+        )
+        try:
+            fd = os.open(d / "events-0" / "append", os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, b"first\n")
+                lines = b"".join(b"%d-%s\n" % (i, b"v" * 797) for i in range(8))
+                with pytest.raises(OSError) as err:
+                    os.write(fd, lines)
+                assert err.value.errno == errno.ENOSPC, err.value
+                os.write(fd, b"last\n")  # what fits the active segment still appends
+            finally:
+                os.close(fd)
+            assert _records(d.mount, "events-0") == [b"first", b"last"]
+            assert d.proc is not None and d.proc.poll() is None, _daemon_state(d, "after ENOSPC")
+            assert d.stop() == 0, d.stderr()[-3000:]
+            _no_traceback(d.stderr(), "ENOSPC mid-split")
+        finally:
+            d.stop()
+
+
 # ---------------------------------------------------------------------------------------------- #9
 
 

@@ -340,3 +340,49 @@ def test_cli_subprocess(logdir):
     )
     assert proc.returncode == 0, proc.stderr
     assert split_lines(proc.stdout) == expected_index_lines(ipath) + expected_log_lines(lpath, True, False)
+
+
+# --- hostile files: a FIFO, an index entry pointing outside the .log ---------------------------------
+
+
+def run_dump_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``seglogfs dump`` as the user runs it, failing the test (not hanging it) after 60 s."""
+    return subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "dump", *args],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+
+
+_DUMP_MODES = [
+    [],
+    ["--deep-iteration"],
+    ["--print-data-log"],
+    ["--verify-index-only"],
+    ["--index-sanity-check"],
+]
+
+
+@pytest.mark.parametrize("fifo_suffix", [".index", ".log", ".timeindex"])
+def test_a_fifo_is_reported_by_every_dump_mode_never_opened(segment_copy, fifo_suffix):
+    fifo = segment_copy / f"{SEG}{fifo_suffix}"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    files = ",".join(str(segment_copy / f"{SEG}{s}") for s in (".log", ".index", ".timeindex"))
+    for mode in _DUMP_MODES:
+        proc = run_dump_cli("--files", files, *mode)
+        assert "Traceback" not in proc.stderr, (mode, proc.stderr)
+        assert f"{fifo} is a FIFO, not a regular file" in proc.stderr, (mode, proc.stderr)
+        assert proc.returncode == 1, (mode, proc.stdout, proc.stderr)
+
+
+def test_an_index_entry_pointing_before_the_log_is_reported_not_a_traceback(segment_copy):
+    ipath = segment_copy / f"{SEG}.index"
+    tpath = segment_copy / f"{SEG}.timeindex"
+    raw = bytearray(ipath.read_bytes())
+    raw[0:8] = b"\xff" * 8  # relative offset -1, position -1
+    ipath.write_bytes(bytes(raw))
+    proc = run_dump_cli("--deep-iteration", "--files", f"{ipath},{tpath}")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "struct.error" not in proc.stderr
+    assert f"{ipath}: " in proc.stderr and "position -1" in proc.stderr, proc.stderr
+    assert f"Dumping {tpath}" in proc.stdout

@@ -24,7 +24,7 @@ from mount_fixture import Seglogd, fuse_required, make_seglogd
 from seglogfs.config import LogConfig
 from seglogfs.errors import RecordTooLargeError
 from seglogfs.log import Log
-from seglogfs.records import ProducerRecord
+from seglogfs.records import ProducerRecord, encode_values
 
 pytestmark = [pytest.mark.fuse, fuse_required]
 
@@ -90,7 +90,8 @@ def errno_of(func: Callable, *args: object) -> int:
         func(*args)
     except OSError as exc:
         return exc.errno
-    raise AssertionError(f"{getattr(func, '__name__', func)}{args} did not fail")
+    shown = [f"<{len(a)} bytes>" if isinstance(a, bytes) else repr(a) for a in args]
+    raise AssertionError(f"{getattr(func, '__name__', func)}({', '.join(shown)}) did not fail")
 
 
 def batches(mnt: Seglogd, log: str) -> list[list[bytes]]:
@@ -207,6 +208,100 @@ def test_append_raw_over_the_limit_fails_at_the_crossing_write_and_close_appends
     assert (mnt / "raw-0" / "by-offset" / str(start + 1)).read_bytes() == b"fresh"
 
 
+def test_append_raw_is_limited_by_its_exact_batch_size(mnt: Seglogd) -> None:
+    """max.message.bytes 1000 limits the batch: 930 value bytes fit, 931 fail at write(), and close
+    appends nothing (they used to be accepted, then dropped at release with close() returning 0)."""
+    start = end_offset(mnt, "exact-0")
+    for size in (931, 1000):
+        fd = os.open(mnt / "exact-0" / "append.raw", os.O_WRONLY)
+        try:
+            assert errno_of(os.write, fd, b"r" * size) == errno.EFBIG, size
+        finally:
+            os.close(fd)
+    fd = os.open(mnt / "exact-0" / "append.raw", os.O_WRONLY)
+    try:
+        os.write(fd, b"r" * 900)
+        assert errno_of(os.write, fd, b"r" * 31) == errno.EFBIG  # the write that crosses it
+    finally:
+        os.close(fd)
+    (mnt / "exact-0" / "append.raw").write_bytes(b"f" * 930)
+    settle(mnt, "exact-0", start + 1)
+    assert (mnt / "exact-0" / "by-offset" / str(start)).read_bytes() == b"f" * 930
+
+
+def test_a_partial_line_is_limited_by_its_exact_batch_size(mnt: Seglogd) -> None:
+    """A trailing partial line of 950 bytes can never make a batch of 1000: its write is EFBIG, and
+    nothing is appended at close."""
+    start = end_offset(mnt, "exact-0")
+    fd = os.open(mnt / "exact-0" / "append", os.O_WRONLY | os.O_APPEND)
+    try:
+        assert errno_of(os.write, fd, b"p" * 950) == errno.EFBIG
+    finally:
+        os.close(fd)
+    fd = os.open(mnt / "exact-0" / "append", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"q" * 930)  # fits exactly: committed at release
+    finally:
+        os.close(fd)
+    released(mnt, "exact-0", b"marker")
+    settle(mnt, "exact-0", start + 2)
+    assert records(mnt, "exact-0")[start:] == [b"q" * 930, b"marker"]
+
+
+def test_append_raw_at_the_default_limit(tmp_path: Path) -> None:
+    """Default max.message.bytes (1048588): the largest value is 1048516 bytes; 1048520 is EFBIG."""
+    daemon = make_seglogd(tmp_path, logs={"raw-0": {}})
+    try:
+        daemon.start()
+        for size in (1048520, 1048517):
+            fd = os.open(daemon / "raw-0" / "append.raw", os.O_WRONLY)
+            try:
+                data = b"d" * size
+                written = os.write(fd, data)  # the kernel's first 512 KiB request is accepted
+                assert written < size, (size, written)
+                assert errno_of(os.write, fd, data[written:]) == errno.EFBIG, size  # like a writer's retry
+            finally:
+                os.close(fd)
+        (daemon / "raw-0" / "append.raw").write_bytes(b"d" * 1048516)
+        settle(daemon, "raw-0", 1)
+        assert len((daemon / "raw-0" / "by-offset" / "0").read_bytes()) == 1048516
+        assert "dropped pending data" not in daemon.stderr()
+    finally:
+        daemon.cleanup()
+
+
+def test_the_line_after_an_efbig_newline_appends(mnt: Seglogd) -> None:
+    """The write holding the newline that ends an oversized line is EFBIG; the next line is fine."""
+    start = end_offset(mnt, "exact-0")
+    fd = os.open(mnt / "exact-0" / "append", os.O_WRONLY | os.O_APPEND)
+    try:
+        assert os.write(fd, b"z" * 921) == 921
+        assert errno_of(os.write, fd, b"z" * 10 + b"\n") == errno.EFBIG
+        assert os.write(fd, b"after\n") == 6
+    finally:
+        os.close(fd)
+    settle(mnt, "exact-0", start + 1)
+    assert records(mnt, "exact-0")[start:] == [b"after"]
+
+
+def test_cat_of_a_file_with_an_oversized_line_in_the_middle(mnt: Seglogd, tmp_path: Path) -> None:
+    """cat writes 512 KiB requests: the first is accepted with the oversized line begun at its end, the
+    second (its newline and the lines after) is EFBIG; write() returns the first's count and cat sends
+    the second again, which must be refused again, not taken as a new line. Then cat says EFBIG."""
+    good = [b"g%06d" % i + b"-" * 90 for i in range(5342)]  # 97 + 1 bytes a line
+    head = b"\n".join(good) + b"\n"
+    cut = (1 << 19) - len(head)  # the oversized line starts in the first request, ends in the second
+    assert 1500 - 930 < cut < 930  # its start fits a partial line, and so would its tail alone
+    file = tmp_path / "mixed.txt"
+    file.write_bytes(head + b"O" * 1500 + b"\n" + b"".join(b"after-%d\n" % i for i in range(3)))
+    start = end_offset(mnt, "exact-0")
+    result = sh(f"cat {file} > {mnt / 'exact-0' / 'append'}")
+    assert result.returncode == 1 and "File too large" in result.stderr, result
+    released(mnt, "exact-0", b"marker")
+    got = records(mnt, "exact-0")[start:]
+    assert got == [*good, b"marker"], (len(got), [r[:20] for r in got[-3:]])
+
+
 # ---------------------------------------------------------------- #13: a partial line waits for release
 def test_partial_line_survives_the_close_of_a_dup(mnt: Seglogd) -> None:
     """``{ printf 'took '; sleep; echo '0.2s'; } > append``: every command closes its dup."""
@@ -320,6 +415,41 @@ def test_engine_append_split_plans_every_batch_before_appending(tmp_path: Path) 
         assert len(infos) == 3 and log.end_offset == 7
         assert [r.value for r in log.iter_records(0, 7)] == [
             b"a" * 880, b"b" * 880, b"c" * 10, b"d" * 10, b"r" * 600, b"r" * 600, b"r" * 600]
+
+
+@pytest.mark.parametrize(
+    ("limit", "codec"), [(70, "none"), (1000, "none"), (16_460, "none"), (1_048_588, "none"), (1000, "gzip")]
+)
+def test_engine_max_value_bytes_is_the_exact_one_record_limit(tmp_path: Path, limit: int, codec: str) -> None:
+    """``Log.max_value_bytes`` is the largest value whose uncompressed one-record batch fits."""
+    config = LogConfig.from_mapping({"max.message.bytes": limit, "compression.type": codec})
+    with Log.open(tmp_path / "size-0", config, create=True) as log:
+        largest = log.max_value_bytes()
+        assert len(encode_values([b"v" * largest], 0, 0)) <= limit, (limit, largest)
+        assert len(encode_values([b"v" * (largest + 1)], 0, 0)) > limit, (limit, largest)
+        log.append_values([b"v" * largest])  # repetitive: fits compressed too
+        assert log.end_offset == 1
+
+
+def test_engine_batches_of_one_write_go_to_one_segment(tmp_path: Path) -> None:
+    """A write of several batches rolls once, before anything is written, on their total size; it may
+    take its segment past segment.bytes. An index that fills part-way gets no more entries."""
+    config = LogConfig.from_mapping(
+        {"segment.bytes": 4096, "max.message.bytes": 1000, "segment.index.bytes": 24,
+         "index.interval.bytes": 0}
+    )
+    values = [b"%d-%s" % (i, b"v" * 797) for i in range(8)]
+    with Log.open(tmp_path / "one-0", config, create=True) as log:
+        log.append_values([b"first"])
+        infos = log.append_split(values)
+        assert len(infos) == 8
+        assert [s.base_offset for s in log.segments] == [0, 1]
+        assert log.segments[-1].size > 4096
+        assert [log.read(offset).value for offset in range(9)] == [b"first", *values]
+        log.append_values([b"next"])  # the active segment is over size and its index is full: rolls
+        assert [s.base_offset for s in log.segments] == [0, 1, 9]
+    with Log.open(tmp_path / "one-0", config) as log:
+        assert [r.value for r in log.iter_records(0, 10)] == [b"first", *values, b"next"]
 
 
 # ---------------------------------------------------------------- #16: fallocate never adds bytes

@@ -117,3 +117,59 @@ def test_mkdir_of_a_taken_or_non_canonical_topic_partition(seglogd) -> None:  # 
     assert json.loads((d / "c-0" / "info").read_text())["name"] == "c-0"
     assert d.stop() == 0
     assert sorted(p.name for p in d.data_dir.iterdir() if p.is_dir()) == ["c-0", "x-0"]
+
+
+# --- names whose topic would be '.' or '..' ---------------------------------------------------------
+# ``.-0`` passes the character rule, but its topic is '.', which Kafka refuses: every checkpoint
+# holding that line failed to write, and with it every other log's recovery point and the marker.
+
+_DOT_TOPIC_NAMES = [".-0", "..-0", ".-7", "..-12"]
+
+
+@pytest.mark.parametrize("name", _DOT_TOPIC_NAMES)
+def test_a_name_whose_topic_is_dot_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidLogNameError, match="topic"):
+        check_new_log_name(name)
+    with LogManager(tmp_path / "data") as manager:
+        with pytest.raises(InvalidLogNameError):
+            manager.create_log(name)
+        manager.create_log("events-0")
+    assert not (tmp_path / "data" / name).exists()
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+    with pytest.raises(ConfigError) as info:
+        parse_config(f"data_dir: /d\nmount_point: /m\nlogs:\n  '{name}': {{}}\n")
+    assert info.value.key == f"logs.{name}"
+
+
+def test_a_dot_topic_dir_at_load_is_skipped_and_checkpoints_still_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    _log_with_records(data, "events-0", 5, b"e:")
+    (data / ".-0").mkdir()
+    (data / "..-0").mkdir()
+    caplog.set_level("WARNING")
+    with LogManager(data) as manager:
+        assert sorted(manager.logs) == ["events-0"]
+        manager.get("events-0").append_values([b"more"])
+        manager.get("events-0").flush()
+        manager.maintain()
+    assert any(".-0" in r.getMessage() and "is not allowed" in r.getMessage() for r in caplog.records)
+    assert read_offset_checkpoint(data / "recovery-point-offset-checkpoint") == {("events", 0): 6}
+    assert read_offset_checkpoint(data / "log-start-offset-checkpoint") == {("events", 0): 0}
+    assert (data / ".kafka_cleanshutdown").exists()
+    assert (data / ".-0").is_dir() and (data / "..-0").is_dir()  # left as found
+
+
+@fuse_required
+def test_mkdir_of_a_dot_topic_name_is_einval_and_shutdown_stays_clean(seglogd) -> None:  # noqa: F811
+    d = seglogd(logs={"events-0": {}})
+    for name in (".-0", "..-0"):
+        result = subprocess.run(["mkdir", str(d / name)], capture_output=True, text=True)
+        assert result.returncode != 0 and "Invalid argument" in result.stderr, (name, result.stderr)
+    subprocess.run(f"echo hello > {d / 'events-0' / 'append'}", shell=True, check=True)
+    assert d.stop() == 0, d.stderr()
+    assert "Traceback" not in d.stderr() and "cannot shut down cleanly" not in d.stderr(), d.stderr()
+    assert not (d.data_dir / ".-0").exists() and not (d.data_dir / "..-0").exists()
+    assert (d.data_dir / ".kafka_cleanshutdown").exists()
+    assert read_offset_checkpoint(d.data_dir / "recovery-point-offset-checkpoint") == {("events", 0): 1}

@@ -221,3 +221,16 @@ def test_symlinked_file_in_a_log_dir_is_never_followed(tmp_path: Path, link: str
     assert target.read_bytes() == b"precious" * 100
     assert path.is_symlink()
     assert os.path.realpath(path) == str(target)
+
+
+def test_an_empty_swap_never_replaces_its_segment(tmp_path: Path) -> None:
+    """A 0-byte ``.log.swap`` (a cleaner or copy killed before writing) holds no batch: completing it
+    would rename it over the segment and lose every record there (campaign seed 99 found it)."""
+    data = tmp_path / "data"
+    make_data(data, "events-0")
+    log_dir = data / "events-0"
+    (log_dir / (FIRST_LOG + ".swap")).write_bytes(b"")
+    with LogManager(data, LogConfig()) as manager:
+        assert not manager.offline
+        assert [r.value.decode() for r in manager.get("events-0").iter_records()] == VALUES
+    assert (log_dir / (FIRST_LOG + ".swap.corrupt")).stat().st_size == 0  # set aside, not deleted

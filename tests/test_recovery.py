@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 
 import pytest
 from engine_helpers import config, open_log, segment_files
 
 from seglogfs.checkpoint import CLEAN_SHUTDOWN_FILE
+from seglogfs.errors import CorruptRecordError
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
-from seglogfs.records import ProducerRecord
+from seglogfs.records import ProducerRecord, iter_batch_headers
 from seglogfs.segment import LogSegment
 
 CFG = config(segment_bytes=2000, index_interval_bytes=100)
@@ -88,25 +90,130 @@ def test_torn_tail_is_cut_and_later_appends_continue(tmp_path):
     recovered.close()
 
 
-def test_corrupt_batch_cuts_there_and_deletes_later_segments(tmp_path):
+def test_corrupt_batch_in_a_recovered_segment_costs_only_itself_and_later_segments_stay(tmp_path):
+    """Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the intact
+    batches after the damage and the later segments (they may hold the only copy of their records)."""
     log = open_log(tmp_path / "t", CFG)
-    fill(log, 60)
+    values = fill(log, 60)
     segments = [(s.base_offset, s.log_path.name) for s in log.segments]
     assert len(segments) >= 4
     copy = crash_copy(log, tmp_path / "c")
     log.close()
-    victim_base, victim_name = segments[1]
-    data = bytearray((copy / victim_name).read_bytes())
-    data[300] ^= 0xFF  # inside the CRC-covered bytes of some batch of the second segment
-    (copy / victim_name).write_bytes(bytes(data))
-    recovered = Log.open(copy, CFG)
-    assert len(recovered.segments) == 2
-    assert recovered.end_offset > victim_base
-    # every record left is intact and nothing after the corruption survives
-    records = list(recovered.iter_records())
-    assert [r.offset for r in records] == list(range(recovered.end_offset))
-    assert segment_files(copy) == [name for _, name in segments[:2]]
+    victim = copy / segments[1][1]
+    damaged = _batches(victim)[2]
+    _flip(victim, damaged.position + damaged.size - 3)  # inside its CRC-covered records
+    recovered = Log.open(copy, CFG, recovery_point=0)
+    assert segment_files(copy) == [name for _, name in segments]
+    _assert_only_damaged_unreadable(recovered, values, damaged)
     recovered.close()
+
+
+def _batches(path) -> list:
+    return list(iter_batch_headers(path.read_bytes(), path=path))
+
+
+def _flip(path, position: int, mask: int = 0x40) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def _assert_only_damaged_unreadable(log: Log, values: list[bytes], damaged) -> None:
+    """Every offset of ``values`` reads exactly, except the damaged batch's (CorruptRecordError)."""
+    assert log.end_offset == len(values)
+    for offset, value in enumerate(values):
+        if damaged.base_offset <= offset <= damaged.last_offset:
+            with pytest.raises(CorruptRecordError):
+                log.read(offset)
+        else:
+            assert log.read(offset).value == value, offset
+
+
+def _active_copy(tmp_path, batches: int = 8):
+    """A log of one segment (the active one) of ``batches`` batches, copied as a crash leaves it."""
+    log = open_log(tmp_path / "t", config(index_interval_bytes=100))
+    values = fill(log, batches)
+    copy = crash_copy(log, tmp_path / "c")
+    log.close()
+    return copy, copy / log.active_segment.log_path.name, values
+
+
+@pytest.mark.parametrize("clean_shutdown", [True, False])
+@pytest.mark.parametrize("damage", ["last-offset-delta", "base-offset-up", "base-offset-down", "record"])
+def test_a_damaged_last_batch_of_the_active_segment_is_a_torn_tail(tmp_path, damage, clean_shutdown):
+    """The end offset comes from the last intact batch (CRC-valid, offsets continuing its predecessor),
+    never from a damaged last header: a lastOffsetDelta or a baseOffset changed (the latter outside the
+    CRC) once moved the end offset from 162 to 418. The damaged last batch is cut (read-write) or not
+    read (read-only), and appends continue after the last intact batch."""
+    copy, active, values = _active_copy(tmp_path)
+    last = _batches(active)[-1]
+    if damage == "last-offset-delta":
+        patch = (last.position + 23, struct.pack(">i", 256 + 4))
+    else:
+        shift = {"base-offset-up": 256, "base-offset-down": -2, "record": 0}[damage]
+        patch = (last.position, struct.pack(">q", last.base_offset + shift))
+    data = bytearray(active.read_bytes())
+    data[patch[0] : patch[0] + len(patch[1])] = patch[1]
+    if damage == "record":
+        data[-2] ^= 0x40
+    active.write_bytes(bytes(data))
+    kept = values[: last.base_offset]
+
+    reader = Log.open(copy, CFG, read_only=True, clean_shutdown=clean_shutdown)
+    assert reader.end_offset == last.base_offset
+    assert values_of(reader) == kept
+    reader.close()
+    assert active.read_bytes() == bytes(data)  # a reader never changes a file
+
+    recovered = Log.open(copy, CFG, clean_shutdown=clean_shutdown, recovery_point=len(values))
+    assert recovered.end_offset == last.base_offset
+    assert active.stat().st_size == last.position
+    assert values_of(recovered) == kept
+    recovered.append_values([b"next"])
+    assert recovered.read(last.base_offset).value == b"next"
+    recovered.close()
+    reopened = Log.open(copy, CFG, clean_shutdown=True)
+    assert values_of(reopened) == [*kept, b"next"]
+    reopened.close()
+
+
+@pytest.mark.parametrize("clean_shutdown", [True, False])
+@pytest.mark.parametrize("damage", ["record", "length", "base-offset", "record-before-last", "first-magic"])
+def test_damage_in_the_middle_of_the_active_segment_keeps_the_batches_after_it(
+    tmp_path, damage, clean_shutdown
+):
+    """Only a torn tail (damage with no intact batch after it) is cut: a damaged batch followed by
+    intact ones stays in place as damage (its records unreadable, every other one exact), the indexes
+    are rebuilt from the intact batches and appends go after the last intact batch. A lone last batch
+    after damage is kept too when the damaged batch's header links it to the batch before."""
+    copy, active, values = _active_copy(tmp_path)
+    damaged = _batches(active)[{"record-before-last": -2, "first-magic": 0}.get(damage, -3)]
+    size = active.stat().st_size
+    if damage.startswith("record"):
+        _flip(active, damaged.end_position - 2)
+    elif damage == "first-magic":
+        _flip(active, damaged.position + 16)  # an append then judges rolling by the first intact batch
+    elif damage == "length":
+        _flip(active, damaged.position + 10, 0x10)  # the batch claims 4 kB more than it holds
+    else:
+        data = bytearray(active.read_bytes())
+        struct.pack_into(">q", data, damaged.position, damaged.base_offset + 1)  # outside the CRC
+        active.write_bytes(bytes(data))
+
+    reader = Log.open(copy, CFG, read_only=True, clean_shutdown=clean_shutdown)
+    _assert_only_damaged_unreadable(reader, values, damaged)
+    reader.close()
+
+    recovered = Log.open(copy, CFG, clean_shutdown=clean_shutdown, recovery_point=0)
+    assert active.stat().st_size == size
+    _assert_only_damaged_unreadable(recovered, values, damaged)
+    recovered.append_values([b"next"])
+    assert recovered.read(len(values)).value == b"next"
+    recovered.close()
+    for marker in (True, False):
+        reopened = Log.open(copy, CFG, clean_shutdown=marker, recovery_point=0)
+        _assert_only_damaged_unreadable(reopened, [*values, b"next"], damaged)
+        reopened.close()
 
 
 def test_flushed_segments_below_the_recovery_point_are_not_rescanned(tmp_path, monkeypatch):
@@ -120,9 +227,9 @@ def test_flushed_segments_below_the_recovery_point_are_not_rescanned(tmp_path, m
     scanned = []
     original = LogSegment.recover
 
-    def spy(self):
+    def spy(self, **kwargs):
         scanned.append(self.base_offset)
-        return original(self)
+        return original(self, **kwargs)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
     Log.open(copy, CFG, recovery_point=point).close()

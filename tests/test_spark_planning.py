@@ -349,6 +349,28 @@ def test_corrupt_batch_is_named_or_skipped(tmp_path: Path, caplog) -> None:
     assert f"position {victim.position}" in caplog.text
 
 
+@pytest.mark.parametrize("length", ["huge", "small"])
+def test_a_damaged_length_field_is_data_loss_not_the_end(tmp_path: Path, caplog, length: str) -> None:
+    """A size field that hides where the next batch begins: failOnDataLoss=true raises, naming file and
+    position; false skips only that batch (resyncing on the next intact one), with a warning."""
+    log_dir = make_log(tmp_path, "len", batches=6, segment_bytes=10**6)
+    seg = next(log_dir.glob("*.log"))
+    from seglogfs.records import iter_batch_headers
+
+    data = bytearray(seg.read_bytes())
+    victim = list(iter_batch_headers(bytes(data)))[2]
+    size_field = 2**30 if length == "huge" else victim.size - 12 - 40
+    data[victim.position + 8 : victim.position + 12] = size_field.to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    with pytest.raises(DataLossError, match=rf"{seg.name} at position {victim.position}"):
+        source_rows({"path": log_dir})
+    with caplog.at_level(logging.WARNING, logger="seglogfs.spark"):
+        _, rows = source_rows({"path": log_dir, "failOnDataLoss": "false"})
+    skipped = set(range(victim.base_offset, victim.last_offset + 1))
+    assert [r[0] for r in rows] == [o for o in range(150) if o not in skipped]
+    assert f"position {victim.position}" in caplog.text
+
+
 # ------------------------------------------------------------------ streaming planning (no JVM)
 
 

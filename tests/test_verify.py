@@ -317,3 +317,36 @@ def test_missing_indexes_are_notes_unless_strict(tmp_path):
         capture_output=True, text=True, check=False,
     )
     assert strict.returncode == 1 and strict.stdout.splitlines() == lines
+
+
+# --- files that are not regular files: damage, never "OK", never a hang ------------------------------
+
+
+def run_verify_bounded(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """``seglogfs verify`` as the user runs it, failing the test (not hanging it) after 60 s."""
+    return subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+
+
+def test_a_directory_in_place_of_a_log_file_is_damage(two_segments):
+    second = sorted(two_segments.glob("*.log"))[1]
+    second.unlink()
+    second.mkdir()  # its .index and .timeindex stay
+    proc = run_verify_bounded(two_segments)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{second}: a directory, not a regular file" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex", ".log", ".snapshot"])
+def test_a_fifo_in_place_of_a_segment_file_is_damage_not_a_hang(two_segments, suffix):
+    victim = sorted(two_segments.glob("*.log"))[1].with_suffix(suffix)
+    victim.unlink(missing_ok=True)
+    os.mkfifo(victim)
+    for target in (two_segments, two_segments.parent, victim):
+        proc = run_verify_bounded(target)
+        assert proc.returncode == 1, (target, proc.stdout + proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert f"{victim}: a FIFO, not a regular file" in proc.stdout, (target, proc.stdout)

@@ -56,6 +56,7 @@ class Handle:
     pending: bytearray = field(default_factory=bytearray)  # partial line, or the append.raw body
     written: bool = False  # append.raw: a record is due at close even if empty
     discarding: bool = False  # the line / append.raw record being written is over the limit: dropped
+    refused: bytes = b""  # a refused write's bytes through its first newline: see _write_lines
     data: bytes = b""  # by-offset value / info snapshot
     fd: int = -1  # segments/<file>
     stream: StreamReader | None = None  # records
@@ -491,11 +492,14 @@ class SeglogOperations(mfusepy.Operations):
             return len(data)
 
     def _write_raw(self, handle: Handle, data: bytes) -> None:
-        """Collect the ``append.raw`` body; once it crosses max.message.bytes it is gone for good."""
-        limit = handle.log.config.max_message_bytes
+        """Collect the ``append.raw`` body; once it cannot fit a batch of its own it is gone for good."""
+        limit = handle.log.max_value_bytes()
         if handle.discarding or len(handle.pending) + len(data) > limit:
             handle.pending, handle.written, handle.discarding = bytearray(), False, True
-            raise RecordTooLargeError(f"append.raw record over max.message.bytes={limit}: discarded")
+            raise RecordTooLargeError(
+                f"append.raw record over {limit} bytes (max.message.bytes="
+                f"{handle.log.config.max_message_bytes}): discarded"
+            )
         handle.pending += data
         handle.written = True
 
@@ -505,37 +509,47 @@ class SeglogOperations(mfusepy.Operations):
         A write fails as a whole: nothing of it is appended. On EFBIG, which no retry can cure, every
         line the write touches is discarded whole, so that a writer that goes on never gets a
         fragment or a splice: the line begun in earlier writes, and the line it leaves unfinished,
-        whose later bytes fail with EFBIG too, up to and including the write with its newline. A
-        line begun earlier counts as unfinished even when this write holds its newline: the kernel
-        splits a large write(2) into requests, and after a short count the writer (cat) sends the
-        failed request again.
+        whose later bytes fail with EFBIG too, up to and including the write with its newline.
+
+        The write after that starts a new line, with one exception: the kernel splits a large
+        write(2) into requests, and after a short count the writer (cat) sends the refused request
+        again. When the refused write continued a partial line, a write that begins with the same
+        bytes through its first newline is taken for that retry and fails with EFBIG too; appending
+        it would append the discarded line's tail as a record.
         """
-        if handle.discarding:  # this write fails too, so the line it leaves unfinished goes as well
-            handle.discarding = not data.endswith(b"\n")
+        if handle.discarding or (handle.refused and data.startswith(handle.refused)):
+            handle.discarding = not data.endswith(b"\n")  # the line it leaves unfinished goes as well
             raise RecordTooLargeError("the rest of a line over max.message.bytes: discarded")
+        handle.refused = b""
         try:
             limit = self._line_limit(handle)
             first_newline, last_newline = data.find(b"\n"), data.rfind(b"\n")
             first_line = len(handle.pending) + (first_newline if first_newline >= 0 else len(data))
             if first_line > limit or len(data) - last_newline - 1 > limit:  # can never fit a batch
-                raise RecordTooLargeError(f"line longer than max.message.bytes={limit}")
+                limit_name = f"max.message.bytes={handle.log.config.max_message_bytes}"
+                raise RecordTooLargeError(f"line longer than {limit} bytes ({limit_name})")
             if last_newline < 0:
                 handle.pending += data  # no complete line yet
                 return
             head = bytes(handle.pending)
             self._commit_lines(handle, head + data[:last_newline] if head else data[:last_newline])
         except RecordTooLargeError:
-            handle.discarding = bool(handle.pending) or not data.endswith(b"\n")
+            handle.discarding = not data.endswith(b"\n")
+            if handle.pending and not handle.discarding:
+                handle.refused = data[: first_newline + 1]
             handle.pending = bytearray()
             raise
         handle.pending = bytearray(data[last_newline + 1 :])
 
     @staticmethod
     def _line_limit(handle: Handle) -> int:
-        """The longest line worth buffering: a value longer than max.message.bytes can never be in a
-        batch; a JSON line may spell one byte of it as six (``\\u00ff``)."""
-        limit = handle.log.config.max_message_bytes
-        return limit if handle.node.kind is Kind.APPEND else 6 * limit
+        """The longest line worth buffering. ``append``: the largest value a batch of its own can hold
+        (``Log.max_value_bytes``). ``append.jsonl``: a record's key, value and headers together are
+        under max.message.bytes, and JSON may spell one byte of them as six (``\\u00ff``); its exact
+        size is known only once the line is parsed, at its newline."""
+        if handle.node.kind is Kind.APPEND:
+            return handle.log.max_value_bytes()
+        return 6 * handle.log.config.max_message_bytes
 
     def _commit_lines(self, handle: Handle, complete: bytes) -> None:
         """Append the lines of ``complete`` (no trailing newline): one batch, or several when together

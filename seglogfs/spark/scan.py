@@ -3,8 +3,9 @@
 A slice is ``[start_offset, end_offset)`` of one segment, with the byte position to begin scanning
 at (found through the ``.index`` when planning). The file is opened read-only and read in chunks
 with ``pread``: no lock, no mmap (a segment truncated under a mapping would fault with SIGBUS).
-Only complete batches are seen (the codec stops at a torn tail), each is CRC-checked before it is
-decoded, and control batches yield no rows.
+Only complete batches are seen, each is CRC-checked before it is decoded, and control batches yield no
+rows. A damaged batch is data loss (failOnDataLoss): raised, or skipped with a warning, the scan going on
+with the next intact batch.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql.datasource import InputPartition
 
 from seglogfs.errors import CorruptRecordError
-from seglogfs.records import decode_batch_columns, iter_batch_headers, validate_batch
+from seglogfs.records import BatchHeader, decode_batch_columns, iter_batch_headers, validate_batch
+from seglogfs.segment import Damage, LogSegment
 
 from .arrow import BatchBuilder
 
@@ -89,57 +92,79 @@ def iter_slice_columns(task: SegmentSlice, fail_on_data_loss: bool = True) -> It
         )
         return
     try:
-        position = task.position
-        end = task.end_position
-        chunk_size = CHUNK_BYTES
-        while position < end:
-            size = min(chunk_size, end - position)
-            buf = _read_chunk(fd, position, size)
-            if not buf:
-                break
-            consumed = 0
-            done = False
-            try:
-                for header in iter_batch_headers(buf, 0, len(buf), path=path):
-                    consumed = header.position + header.size
-                    if header.last_offset < task.start_offset:
-                        continue
-                    # A legacy compressed wrapper carries its *last* offset: only v2 stops early.
-                    if header.base_offset >= task.end_offset and header.magic >= 2:
-                        done = True
-                        break
-                    try:
-                        validate_batch(buf, header, path=path)
-                        columns = decode_batch_columns(buf, header, path=path)
-                    except CorruptRecordError as exc:
-                        report_data_loss(f"corrupt batch: {exc.at(path, position)}", fail_on_data_loss)
-                        continue
-                    if len(columns) == 0:
-                        if header.last_offset >= task.end_offset - 1:
-                            done = True
-                            break
-                        continue
-                    offsets = columns.offsets
-                    if offsets[0] < task.start_offset or offsets[-1] >= task.end_offset:
-                        columns = columns.select((offsets >= task.start_offset) & (offsets < task.end_offset))
-                    yield columns
-                    if header.last_offset >= task.end_offset - 1:
-                        done = True
-                        break
-            except CorruptRecordError as exc:
-                # An impossible size field: nothing after it in this segment can be located.
-                report_data_loss(f"corrupt segment: {exc.at(path, position)}", fail_on_data_loss)
-                return
-            if done:
-                return
-            if consumed == 0:
-                if size < chunk_size or position + size >= end:
-                    return  # a torn tail at the end of the planned range
-                chunk_size *= 2  # a batch larger than the chunk
+        for header, buf, base in _slice_batches(fd, task, fail_on_data_loss):
+            if header.last_offset < task.start_offset:
                 continue
-            position += consumed
+            # A legacy compressed wrapper carries its *last* offset: only v2 stops early.
+            if header.base_offset >= task.end_offset and header.magic >= 2:
+                return
+            try:
+                validate_batch(buf, header, path=path)
+                columns = decode_batch_columns(buf, header, path=path)
+            except CorruptRecordError as exc:
+                report_data_loss(f"corrupt batch: {exc.at(path, base)}", fail_on_data_loss)
+                continue
+            if len(columns):
+                offsets = columns.offsets
+                if offsets[0] < task.start_offset or offsets[-1] >= task.end_offset:
+                    columns = columns.select((offsets >= task.start_offset) & (offsets < task.end_offset))
+                yield columns
+            if header.last_offset >= task.end_offset - 1:
+                return
     finally:
         os.close(fd)
+
+
+def _slice_batches(
+    fd: int, task: SegmentSlice, fail_on_data_loss: bool
+) -> Iterator[tuple[BatchHeader, bytes, int]]:
+    """(header, buffer, the buffer's position in the file) of every complete batch in the slice's
+    bytes, the header's position relative to the buffer. The planned end is the segment's size then:
+    complete batches only. So bytes before it that hold no complete batch (an impossible or damaged
+    size field) hide where the next batch begins: data loss, raised, or with failOnDataLoss=false
+    skipped by resynchronising on the next intact batch (the engine's careful survey)."""
+    path = task.log_path
+    position, end, chunk_size = task.position, task.end_position, CHUNK_BYTES
+    while position < end:
+        buf = _read_chunk(fd, position, min(chunk_size, end - position))
+        if not buf:
+            return
+        consumed = 0
+        try:
+            for header in iter_batch_headers(buf, 0, len(buf), path=path):
+                consumed = header.position + header.size
+                yield header, buf, position
+        except CorruptRecordError as exc:
+            damage = exc.at(path, position)
+        else:
+            if consumed:
+                position += consumed
+                continue
+            if position + len(buf) < end:
+                chunk_size *= 2  # a batch larger than the chunk
+                continue
+            damage = CorruptRecordError("a batch runs past the end of the segment", path, position)
+        if fail_on_data_loss:
+            report_data_loss(f"corrupt segment: {damage}", fail_on_data_loss)
+        yield from _resynced_batches(task, damage.position if damage.position is not None else position)
+        return
+
+
+def _resynced_batches(task: SegmentSlice, position: int) -> Iterator[tuple[BatchHeader, bytes, int]]:
+    """:func:`_slice_batches` from a damaged ``position`` on, through the engine's resynchronising
+    walk: each damaged stretch is reported (failOnDataLoss=false) and skipped."""
+
+    def skip(damage: Damage) -> None:
+        report_data_loss(
+            f"corrupt segment: {damage.reason} in {task.log_path} at position {damage.position}", False
+        )
+
+    segment = LogSegment(Path(task.log_path).parent, task.base_offset, writable=False)
+    try:
+        for header, data in segment.iter_batches(position, task.end_position, sealed=True, on_damage=skip):
+            yield header.at(0), data, header.position
+    finally:
+        segment.close()
 
 
 def read_slice(
