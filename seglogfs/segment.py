@@ -998,14 +998,6 @@ class LogSegment:
             pass
         return last
 
-    def last_batch(self) -> BatchHeader | None:
-        """The last complete batch of the segment, or None when it is empty."""
-        position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
-        last = None
-        for last in self.iter_headers(position):  # noqa: B007
-            pass
-        return last
-
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:

@@ -32,6 +32,17 @@ def require_fuse() -> None:
         pytest.fail(f"FUSE tests need {', '.join(missing)} (run scripts/install.sh)", pytrace=False)
 
 
+def require_root_mounts(what: str, *, tools: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
+    """Fail (never skip) when a test that mounts a real filesystem (a tmpfs, a loop volume) cannot:
+    CI runs as root and scripts/install.sh installs the tools, so a skip would hide a broken machine."""
+    missing = [t for t in tools if shutil.which(t) is None] + [p for p in paths if not os.path.exists(p)]
+    if os.geteuid() != 0:
+        missing.insert(0, "root")
+    if missing:
+        needs = ", ".join(missing)
+        pytest.fail(f"{what} needs {needs} (run as root after scripts/install.sh)", pytrace=False)
+
+
 #: marks tests that mount: the conftest fixture fails them (never skips) on a machine without FUSE
 fuse_required = pytest.mark.usefixtures("fuse_available")
 

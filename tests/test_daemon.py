@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mount_fixture import mounted, seglogd  # noqa: F401  (fixture)
+from mount_fixture import mounted, require_root_mounts, seglogd  # noqa: F401  (fixture)
 from testdata import KAFKA_LOG_DIR
 
 pytestmark = [pytest.mark.fuse]
@@ -193,8 +193,8 @@ def test_read_only_mount_of_a_real_kafka_data_dir(seglogd, tmp_path: Path) -> No
     assert _tree_digest(copy) == before  # nothing written
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the data dir")
 def test_enospc_when_the_disk_is_full(seglogd, tmp_path: Path) -> None:  # noqa: F811
+    require_root_mounts("a small tmpfs data dir")
     data = tmp_path / "tiny"
     data.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(data)], check=True)

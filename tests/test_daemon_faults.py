@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mount_fixture import mounted, seglogd  # noqa: F401  (fixture)
+from mount_fixture import mounted, require_root_mounts, seglogd  # noqa: F401  (fixture)
 from test_config import alias_bomb
 from test_daemon import info, wait_for
 
@@ -45,16 +44,14 @@ def test_restart_at_once_after_kill_9_with_cached_attributes(seglogd) -> None:  
 # ---------------------------------------------------------------------------------- a disk that fails
 
 
-def _needs_root_and_loop() -> pytest.MarkDecorator:
-    usable = os.geteuid() == 0 and os.path.exists("/dev/loop-control") and shutil.which("mkfs.ext4")
-    return pytest.mark.skipif(not usable, reason="mounts a loop-device ext4 volume (root, mkfs.ext4)")
-
-
 @contextlib.contextmanager
 def ext4_volume(mount_point: Path, image: Path) -> Iterator[Callable[[], None]]:
     """A small ext4 volume mounted on ``mount_point`` with ``errors=remount-ro``; yields ``fail()``,
     which makes the kernel remount it read-only as it does after a disk error (open files and all):
     from then on every write, truncate or create on it is EROFS. Always unmounted on exit."""
+    require_root_mounts(
+        "a loop-device ext4 volume", tools=("mkfs.ext4", "findmnt"), paths=("/dev/loop-control",)
+    )
     if not image.exists():
         subprocess.run(["truncate", "-s", "16M", str(image)], check=True)
         subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
@@ -92,7 +89,6 @@ def _append_lines(path: Path, prefix: str, n: int, *, fsync: bool = True) -> Non
         os.close(fd)
 
 
-@_needs_root_and_loop()
 def test_one_log_on_a_failed_disk_does_not_stop_the_clean_close_of_the_others(
     seglogd, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -123,7 +119,6 @@ def test_one_log_on_a_failed_disk_does_not_stop_the_clean_close_of_the_others(
         assert (data / ".kafka_cleanshutdown").exists()
 
 
-@_needs_root_and_loop()
 def test_read_only_data_dir_logs_the_fault_once_and_the_stop_fails(seglogd, tmp_path: Path) -> None:  # noqa: F811
     data = tmp_path / "data"
     with ext4_volume(data, tmp_path / "data.img") as fail:

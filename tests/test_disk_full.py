@@ -20,14 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mount_fixture import Seglogd, seglogd  # noqa: F401  (fixture)
+from mount_fixture import Seglogd, require_root_mounts, seglogd  # noqa: F401  (fixture)
 
 from seglogfs.index import OffsetIndex, TimeIndex
 from seglogfs.log import Log
 from seglogfs.records import encode_values
 from seglogfs.segment import LogSegment
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the data dir")
 
 SEED = int(os.environ.get("SEGLOG_CAMPAIGN_SEED", "20261123"))
 PAGE = 4096
@@ -36,6 +34,7 @@ PAGE = 4096
 @contextlib.contextmanager
 def small_tmpfs(path: Path, size: str = "2M") -> Iterator[Path]:
     """``path`` as a tmpfs of ``size`` for the duration; always unmounted (lazily if still busy)."""
+    require_root_mounts("a small tmpfs data dir")
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
     try:

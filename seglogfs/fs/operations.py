@@ -191,6 +191,10 @@ class SeglogOperations(mfusepy.Operations):
     def _resolve_time(self, lg: Any, node: Node) -> str:
         return f"../by-offset/{lg.offset_for_timestamp(node.number)}"
 
+    def _refused(self) -> mfusepy.FuseOSError:
+        """The errno of a change the mount never makes (rm, mv, chmod, ...): EROFS when read-only."""
+        return fail(errno.EROFS if self.read_only else errno.EPERM)
+
     def _handle(self, fi: Any) -> Handle:
         try:
             return self._handles[fi.fh]
@@ -355,27 +359,27 @@ class SeglogOperations(mfusepy.Operations):
     # because the filesystem is writable, just not in this way.
     @fuse_errors
     def unlink(self, path: str) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def rmdir(self, path: str) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def rename(self, old: str, new: str) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def symlink(self, target: str, source: str) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def link(self, target: str, source: str) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def mknod(self, path: str, mode: int, dev: int) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def truncate(self, path: str, length: int, fh: Any = None) -> int:
@@ -388,11 +392,11 @@ class SeglogOperations(mfusepy.Operations):
     # The layout's owners and modes come from the config (`fuse:`), and the kernel enforces them.
     @fuse_errors
     def chmod(self, path: str, mode: int) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def chown(self, path: str, uid: int, gid: int) -> int:
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def fallocate(self, path: str, mode: int, offset: int, size: int, fi: Any) -> int:
@@ -401,7 +405,7 @@ class SeglogOperations(mfusepy.Operations):
         # NULs would land in the log as record bytes. Every other errno is returned to the caller
         # as is. EPERM, as for a file marked append-only: space is never reserved in a log by hand.
         # (Only the append files get here: the kernel answers EBADF for files opened read-only.)
-        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        raise self._refused()
 
     @fuse_errors
     def utimens(self, path: str, times: Any = None) -> int:
