@@ -38,10 +38,10 @@ from typing import Any
 
 import yaml
 
-from seglogfs.checkpoint import check_new_log_name, parse_log_dir_name
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
+from seglogfs.log_files import check_new_log_name, parse_log_dir_name
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
 

@@ -1,5 +1,5 @@
-"""Kafka's small bookkeeping files: text checkpoints, ``partition.metadata``, the clean-shutdown marker,
-empty producer snapshots, and log directory names.
+"""Kafka's small bookkeeping files: text checkpoints, ``partition.metadata``, the clean-shutdown marker
+and empty producer snapshots (their names: :mod:`seglogfs.log_files`).
 
 Formats (see shared/reference/kafka-format.md sections 5 and 8):
 
@@ -24,34 +24,22 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from seglogfs.errors import InvalidLogNameError, SeglogError
+from seglogfs.errors import SeglogError
+from seglogfs.log_files import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA, validate_topic
 
 __all__ = [
-    "CLEANER_OFFSET_CHECKPOINT",
-    "CLEAN_SHUTDOWN_FILE",
     "EMPTY_PRODUCER_SNAPSHOT",
-    "LEADER_EPOCH_CHECKPOINT",
-    "LOG_START_OFFSET_CHECKPOINT",
-    "PARTITION_METADATA",
-    "RECOVERY_POINT_CHECKPOINT",
-    "REPLICATION_OFFSET_CHECKPOINT",
     "CorruptCheckpointError",
     "atomic_write",
-    "check_new_log_name",
     "clean_shutdown_marker_exists",
     "create_new_file",
     "fsync_dir",
-    "is_kafka_special_dir",
     "new_topic_id",
-    "parse_log_dir_name",
     "read_clean_shutdown_marker",
     "read_leader_epoch_checkpoint",
     "read_offset_checkpoint",
     "read_partition_metadata",
     "remove_clean_shutdown_marker",
-    "shared_topic_partitions",
-    "validate_log_name",
-    "validate_topic",
     "write_clean_shutdown_marker",
     "write_empty_producer_snapshot",
     "write_leader_epoch_checkpoint",
@@ -59,13 +47,6 @@ __all__ = [
     "write_partition_metadata",
 ]
 
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-PARTITION_METADATA = "partition.metadata"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 # int16 version 1, CRC-32C of the 4 zero bytes that follow, int32 count 0 (ProducerSnapshot.json).
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
@@ -74,9 +55,6 @@ _VERSION = 0
 _INT = re.compile(r"-?\d+")  # Integer.parseInt / Long.parseLong: no spaces, no '+', no '_'
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_LOG_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# LocalLog's DeleteDirPattern / FutureDirPattern / StrayDirPattern: <topic>-<partition>.<uuid>-<kind>
-_SPECIAL_DIR = re.compile(r"(\S+)-(\S+)\.(\S+)-(delete|future|stray)")
 _TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
@@ -317,100 +295,3 @@ def write_empty_producer_snapshot(path: str | Path) -> None:
     rebuilding producer state by scanning the log.
     """
     atomic_write(path, EMPTY_PRODUCER_SNAPSHOT)
-
-
-# --- log directory names ---------------------------------------------------------------------------
-
-
-def validate_topic(topic: object, what: str = "topic") -> str:
-    """``topic`` if it is a valid Kafka topic name, else ``InvalidLogNameError``.
-
-    Kafka's topic rule: 1-249 characters from [A-Za-z0-9._-], and not "." or "..".
-    """
-    if not isinstance(topic, str):
-        raise InvalidLogNameError(f"{what} {topic!r} is not a string")
-    if topic in (".", ".."):
-        raise InvalidLogNameError(f"{what} {topic!r} is not allowed")
-    if _LOG_NAME.fullmatch(topic) is None:
-        if not topic:
-            reason = "is empty"
-        elif len(topic) > 249:
-            reason = f"is {len(topic)} characters long (at most 249)"
-        else:
-            reason = "may contain only ASCII letters, digits, '.', '_' and '-'"
-        raise InvalidLogNameError(f"{what} {topic!r} {reason}")
-    return topic
-
-
-def _split_log_dir_name(name: str) -> tuple[str, int]:
-    """Kafka's split of ``<topic>-<partition>`` at the last '-' (see :func:`parse_log_dir_name`)."""
-    topic, dash, suffix = name.rpartition("-")
-    if dash and topic and suffix.isdigit() and int(suffix) <= _INT32[1]:
-        return topic, int(suffix)
-    return name, 0
-
-
-def validate_log_name(name: object) -> str:
-    """``name`` if it is a valid log directory name, else ``InvalidLogNameError``.
-
-    The name follows Kafka's topic rule (1-249 characters from [A-Za-z0-9._-], not "." or ".."), and
-    so does the topic it maps to: ``.-0`` would be topic "." (which no checkpoint may hold).
-    """
-    validate_topic(name, "log name")
-    assert isinstance(name, str)
-    topic, partition = _split_log_dir_name(name)
-    try:
-        validate_topic(topic)
-    except InvalidLogNameError as exc:
-        raise InvalidLogNameError(f"log name {name!r} would be partition {partition} of {exc}") from None
-    return name
-
-
-def parse_log_dir_name(name: str) -> tuple[str, int]:
-    """``(topic, partition)`` of a log directory name.
-
-    Kafka splits ``<topic>-<partition>`` at the last '-'. A name without a ``-<digits>`` suffix (or
-    whose suffix would leave an empty topic or overflow an int32) is partition 0 of the topic of that
-    whole name, so ``events`` and ``events-0`` both map to ``("events", 0)``.
-    Raises ``InvalidLogNameError`` for a name outside Kafka's rules or whose topic would be.
-    """
-    validate_log_name(name)
-    return _split_log_dir_name(name)
-
-
-def check_new_log_name(name: object) -> tuple[str, int]:
-    """``(topic, partition)`` of a name a new log may take, else ``InvalidLogNameError``.
-
-    Beyond :func:`validate_log_name`, the name must be the one spelling of its topic-partition that
-    Kafka itself would write: a ``-<digits>`` suffix is a partition in [0, 2^31) without leading
-    zeros after a non-empty topic (``x-00``, ``x-007``, ``-5`` and ``t-2147483648`` are refused), and it
-    is not one of Kafka's ``-delete``/``-future``/``-stray`` directory names. Whether the
-    topic-partition is already taken by another name (``c`` beside ``c-0``) is the caller's check.
-    """
-    validate_log_name(name)
-    assert isinstance(name, str)
-    if is_kafka_special_dir(name):
-        raise InvalidLogNameError(f"log name {name!r} is a Kafka -delete/-future/-stray directory name")
-    topic, dash, suffix = name.rpartition("-")
-    if dash and suffix.isdigit() and (not topic or str(int(suffix)) != suffix or int(suffix) > _INT32[1]):
-        raise InvalidLogNameError(
-            f"log name {name!r} is not canonical: write the partition after the last '-' as a number "
-            f"in [0, 2147483647] without leading zeros, after a non-empty topic"
-        )
-    return parse_log_dir_name(name)
-
-
-def shared_topic_partitions(names: Iterable[str]) -> dict[tuple[str, int], list[str]]:
-    """The topic-partitions that two or more of ``names`` map to, each with those names (sorted).
-
-    Such logs would share one line of every data-dir checkpoint (``c`` and ``c-0``, ``x-00`` and ``x-0``).
-    """
-    by_key: dict[tuple[str, int], list[str]] = {}
-    for name in sorted(names):
-        by_key.setdefault(parse_log_dir_name(name), []).append(name)
-    return {key: found for key, found in by_key.items() if len(found) > 1}
-
-
-def is_kafka_special_dir(name: str) -> bool:
-    """True for Kafka's ``<topic>-<p>.<uuid>-delete|-future|-stray`` directories, which are not logs."""
-    return _SPECIAL_DIR.fullmatch(name) is not None

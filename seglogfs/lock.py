@@ -23,14 +23,13 @@ from pathlib import Path
 from types import TracebackType
 
 from seglogfs.errors import LogLockedError
+from seglogfs.log_files import DATA_DIR_LOCK_FILE, LOG_LOCK_FILE
 
-__all__ = ["DATA_DIR_LOCK_FILE", "LOCK_FILE", "LogLock", "data_dir_lock", "read_lock_holder"]
-
-LOCK_FILE = ".seglogfs.lock"
-DATA_DIR_LOCK_FILE = ".lock"  # Kafka's LogManager.LockFileName
+__all__ = ["LogLock", "data_dir_lock", "read_lock_holder"]
 
 
-def read_lock_holder(log_dir: str | Path, file_name: str = LOCK_FILE) -> int | None:
+
+def read_lock_holder(log_dir: str | Path, file_name: str = LOG_LOCK_FILE) -> int | None:
     """The pid recorded in the lock file of ``log_dir`` (None if absent or unreadable).
 
     The pid of the last holder stays in the file after release; only a failed ``acquire`` proves
@@ -50,7 +49,7 @@ class LogLock:
     :func:`data_dir_lock` makes a data dir's.
     """
 
-    def __init__(self, log_dir: str | Path, file_name: str = LOCK_FILE, what: str = "log dir"):
+    def __init__(self, log_dir: str | Path, file_name: str = LOG_LOCK_FILE, what: str = "log dir"):
         self.dir = Path(log_dir)
         self.file_name = file_name
         self.what = what

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import parse_log_dir_name, validate_log_name
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
@@ -37,6 +36,19 @@ from .errors import (
     TimestampNotFoundError,
 )
 from .lock import LogLock
+from .log_files import (
+    CLEANED_SUFFIX,
+    CORRUPT_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    base_offset_from_name,
+    parse_log_dir_name,
+    validate_log_name,
+)
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -55,11 +67,7 @@ from .records import (
     validate_batch,
 )
 from .segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
     LogSegment,
-    base_offset_from_name,
     next_offset_of_file,
     pread_header,
     random_roll_jitter,
@@ -67,11 +75,6 @@ from .segment import (
 
 log = logging.getLogger(__name__)
 
-DELETED_SUFFIX = ".deleted"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-CORRUPT_SUFFIX = ".corrupt"  # a .swap set that failed validation, kept aside
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
 _BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~8M records, or decoded batches
 
 
@@ -314,7 +317,7 @@ class Log:
         swap_end = next_offset_of_file(swap_log, swap_base)
         for path in list(self.dir.iterdir()):
             stem, _, suffix = path.name.partition(".")
-            if stem.isdigit() and "." + suffix in _SEGMENT_SUFFIXES and swap_base <= int(stem) < swap_end:
+            if stem.isdigit() and "." + suffix in SEGMENT_SUFFIXES and swap_base <= int(stem) < swap_end:
                 path.unlink()
         for path in self.dir.glob(f"{swap_base:020d}.*{SWAP_SUFFIX}"):
             path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))

@@ -24,15 +24,9 @@ from pathlib import Path
 
 from .checkpoint import (
     CorruptCheckpointError,
-    check_new_log_name,
-    is_kafka_special_dir,
-    parse_log_dir_name,
     read_clean_shutdown_marker,
     read_offset_checkpoint,
     remove_clean_shutdown_marker,
-    shared_topic_partitions,
-    validate_log_name,
-    validate_topic,
     write_clean_shutdown_marker,
     write_leader_epoch_checkpoint,
     write_offset_checkpoint,
@@ -43,13 +37,22 @@ from .errors import CloseError, InvalidLogNameError, ReadOnlyLogError, SeglogErr
 from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
+from .log_files import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    check_new_log_name,
+    is_kafka_special_dir,
+    parse_log_dir_name,
+    shared_topic_partitions,
+    validate_log_name,
+    validate_topic,
+)
 
 log = logging.getLogger(__name__)
 
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
-_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, REPLICATION_CHECKPOINT)
+_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
 
 class LogManager:
@@ -123,7 +126,7 @@ class LogManager:
                         read_only=self.read_only,
                         clean_shutdown=clean,
                         recovery_point=checkpoints[RECOVERY_POINT_CHECKPOINT].get(key, 0),
-                        log_start_offset=checkpoints[LOG_START_CHECKPOINT].get(key, 0),
+                        log_start_offset=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(key, 0),
                         clock=self._clock,
                     )
                 except Exception as exc:  # one log's damage must not stop the others
@@ -264,7 +267,7 @@ class LogManager:
                 write_partition_metadata(directory)
                 # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
                 write_leader_epoch_checkpoint(
-                    directory / "leader-epoch-checkpoint", [(0, log_obj.start_offset)]
+                    directory / LEADER_EPOCH_CHECKPOINT, [(0, log_obj.start_offset)]
                 )
             self._logs[name] = log_obj
             log.info("created log %s", name)
@@ -308,8 +311,8 @@ class LogManager:
         logs = list(self._logs.values())
         offsets = {
             RECOVERY_POINT_CHECKPOINT: {(lg.topic, lg.partition): lg.recovery_point for lg in logs},
-            LOG_START_CHECKPOINT: {(lg.topic, lg.partition): lg.start_offset for lg in logs},
-            REPLICATION_CHECKPOINT: {(lg.topic, lg.partition): lg.end_offset for lg in logs},
+            LOG_START_OFFSET_CHECKPOINT: {(lg.topic, lg.partition): lg.start_offset for lg in logs},
+            REPLICATION_OFFSET_CHECKPOINT: {(lg.topic, lg.partition): lg.end_offset for lg in logs},
         }
         first_failure: OSError | None = None
         for name, entries in offsets.items():

@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
+from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -32,23 +33,10 @@ from .records import (
     validate_batch,
 )
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
 _READ_CHUNK = 4 * 1024 * 1024
 _NO_LIMIT = 1 << 62
 
 log = logging.getLogger(__name__)
-
-
-def segment_file_name(base_offset: int, suffix: str) -> str:
-    """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
-    return f"{base_offset:020d}{suffix}"
-
-
-def base_offset_from_name(name: str) -> int:
-    """The base offset encoded before the first '.' of a segment file name."""
-    return int(name.split(".", 1)[0])
 
 
 class LogSegment:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
-from seglogfs.log import DELETED_SUFFIX
+from seglogfs.log_files import DELETED_SUFFIX
 from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header
 from seglogfs.segment import Damage, LogSegment
 

@@ -35,10 +35,10 @@ from typing import TextIO
 import numpy as np
 from crc32c import crc32c
 
-from .checkpoint import is_kafka_special_dir
 from .dump import non_regular_kind, open_readonly
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
+from .log_files import is_kafka_special_dir
 from .records import decode_batch_columns, iter_batch_headers, validate_batch
 
 __all__ = ["Problem", "Progress", "VerifyReport", "find_segments", "verify_paths", "verify_segment"]

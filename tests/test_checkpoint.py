@@ -12,19 +12,15 @@ import pytest
 from testdata import KAFKA_LOG_DIR
 
 from seglogfs.checkpoint import (
-    CLEAN_SHUTDOWN_FILE,
     EMPTY_PRODUCER_SNAPSHOT,
     CorruptCheckpointError,
     clean_shutdown_marker_exists,
-    is_kafka_special_dir,
     new_topic_id,
-    parse_log_dir_name,
     read_clean_shutdown_marker,
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
     remove_clean_shutdown_marker,
-    validate_log_name,
     write_clean_shutdown_marker,
     write_empty_producer_snapshot,
     write_leader_epoch_checkpoint,
@@ -32,6 +28,12 @@ from seglogfs.checkpoint import (
     write_partition_metadata,
 )
 from seglogfs.errors import InvalidLogNameError
+from seglogfs.log_files import (
+    CLEAN_SHUTDOWN_FILE,
+    is_kafka_special_dir,
+    parse_log_dir_name,
+    validate_log_name,
+)
 
 KAFKA_DIR = KAFKA_LOG_DIR
 

@@ -27,9 +27,9 @@ from engine_helpers import ManualClock, config
 from mount_fixture import make_seglogd
 
 from seglogfs import cli
-from seglogfs.checkpoint import CLEAN_SHUTDOWN_FILE
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log import Log
+from seglogfs.log_files import CLEAN_SHUTDOWN_FILE
 from seglogfs.log_manager import LogManager
 from seglogfs.records import iter_batch_headers
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from seglogfs.errors import LogLockedError
-from seglogfs.lock import DATA_DIR_LOCK_FILE, LOCK_FILE, LogLock, read_lock_holder
+from seglogfs.lock import LogLock, read_lock_holder
+from seglogfs.log_files import DATA_DIR_LOCK_FILE, LOG_LOCK_FILE
 
 HOLDER = """
 import sys
@@ -109,10 +110,10 @@ def test_second_open_in_the_same_process_is_refused(tmp_path: Path) -> None:
 
 
 def test_lock_file_holds_the_pid_and_stays(tmp_path: Path) -> None:
-    (tmp_path / LOCK_FILE).write_text("99999999\nstale junk from an older holder\n")
+    (tmp_path / LOG_LOCK_FILE).write_text("99999999\nstale junk from an older holder\n")
     with LogLock(tmp_path):
-        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
-    assert (tmp_path / LOCK_FILE).exists()  # never unlinked (that would allow two holders)
+        assert (tmp_path / LOG_LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    assert (tmp_path / LOG_LOCK_FILE).exists()  # never unlinked (that would allow two holders)
 
 
 def test_missing_directory_is_an_os_error(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_lock_file_symlink_is_refused_not_followed(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.write_text("precious\n")
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / LOCK_FILE).symlink_to(target)
+    (tmp_path / "d" / LOG_LOCK_FILE).symlink_to(target)
     with pytest.raises(OSError):
         LogLock(tmp_path / "d").acquire()
     assert target.read_text() == "precious\n"

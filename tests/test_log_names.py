@@ -15,10 +15,11 @@ import pytest
 from mount_fixture import fuse_required, seglogd  # noqa: F401  (fixture)
 
 from seglogd.config import parse_config
-from seglogfs.checkpoint import check_new_log_name, read_offset_checkpoint, shared_topic_partitions
+from seglogfs.checkpoint import read_offset_checkpoint
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.log import Log
+from seglogfs.log_files import check_new_log_name, shared_topic_partitions
 from seglogfs.log_manager import LogManager
 
 

@@ -9,9 +9,9 @@ import struct
 import pytest
 from engine_helpers import config, open_log, segment_files
 
-from seglogfs.checkpoint import CLEAN_SHUTDOWN_FILE
 from seglogfs.errors import CorruptRecordError
 from seglogfs.log import Log
+from seglogfs.log_files import CLEAN_SHUTDOWN_FILE
 from seglogfs.log_manager import LogManager
 from seglogfs.records import ProducerRecord, iter_batch_headers
 from seglogfs.segment import LogSegment

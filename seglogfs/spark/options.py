@@ -34,7 +34,7 @@ class OptionError(ValueError):
 
 def split_log_name(name: str) -> tuple[str, int]:
     """(topic, partition) of a log directory name, as Kafka names topic-partition directories."""
-    from seglogfs.checkpoint import parse_log_dir_name
+    from seglogfs.log_files import parse_log_dir_name
 
     return parse_log_dir_name(name)
 

@@ -26,14 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from seglogfs.checkpoint import (
-    CorruptCheckpointError,
-    is_kafka_special_dir,
-    parse_log_dir_name,
-    read_offset_checkpoint,
-)
+from seglogfs.checkpoint import CorruptCheckpointError, read_offset_checkpoint
 from seglogfs.errors import CorruptRecordError, InvalidLogNameError, TimestampNotFoundError
 from seglogfs.log import Log
+from seglogfs.log_files import is_kafka_special_dir, parse_log_dir_name
 from seglogfs.segment import LogSegment
 
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions, parse_offsets

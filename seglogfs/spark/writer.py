@@ -131,7 +131,7 @@ class SeglogWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator) -> SeglogCommitMessage:
         import pyarrow as pa
 
-        from seglogfs.checkpoint import validate_log_name
+        from seglogfs.log_files import validate_log_name
 
         message = SeglogCommitMessage(task_id=uuid.uuid4().hex)
         sinks: dict[str, object] = {}
@@ -191,8 +191,9 @@ class SeglogWriter(DataSourceArrowWriter):
 
         config = LogConfig.from_mapping(self.config_overrides) if self.config_overrides else None
         if self.single_log is not None:
-            from seglogfs.checkpoint import parse_log_dir_name, read_offset_checkpoint
+            from seglogfs.checkpoint import read_offset_checkpoint
             from seglogfs.log import Log
+            from seglogfs.log_files import parse_log_dir_name
 
             # A log dir on its own: recover only past the data dir's recovery point, if it has one.
             checkpoint = Path(self.data_dir) / "recovery-point-offset-checkpoint"
