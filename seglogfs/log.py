@@ -56,6 +56,7 @@ from .records import (
     Record,
     RecordColumns,
     TimestampType,
+    batch_max_timestamp,
     decode_batch,
     decode_batch_columns,
     decode_record,
@@ -595,7 +596,7 @@ class Log:
                 )
         infos, first = [], self._next_offset
         for batch, count in batches:
-            max_ts = int.from_bytes(batch[35:43], "big", signed=True)
+            max_ts = batch_max_timestamp(batch)
             infos.append(AppendInfo(first, first + count - 1, max_ts))
             first += count
         total = sum(len(batch) for batch, _ in batches)
@@ -832,17 +833,7 @@ class Log:
         i = int(np.searchsorted(columns.offsets, offset))
         if i >= len(columns) or int(columns.offsets[i]) != offset:
             raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
-        data = columns.data
-        kl, vl = int(columns.key_lengths[i]), int(columns.value_lengths[i])
-        ks, vs = int(columns.key_starts[i]), int(columns.value_starts[i])
-        return Record(
-            offset,
-            int(columns.timestamps[i]),
-            columns.timestamp_type,
-            None if kl < 0 else data[ks : ks + kl].tobytes(),
-            None if vl < 0 else data[vs : vs + vl].tobytes(),
-            columns.headers[i] if columns.headers is not None else (),
-        )
+        return columns.record(i)
 
     def _columns(self, segment: LogSegment, header: BatchHeader) -> RecordColumns:
         """Decoded columns of one batch, CRC-checked, cached."""

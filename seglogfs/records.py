@@ -32,6 +32,7 @@ __all__ = [
     "RecordBounds",
     "RecordColumns",
     "TimestampType",
+    "batch_max_timestamp",
     "decode_batch",
     "decode_batch_all",
     "decode_batch_columns",
@@ -60,6 +61,9 @@ _ATTR_DELETE_HORIZON = 0x40
 
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
+_MAX_TIMESTAMP = struct.Struct(">q")
+# after baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4, baseTimestamp 8
+_MAX_TIMESTAMP_AT = 35
 _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -211,6 +215,11 @@ class BatchHeader:
 
 # ---------------------------------------------------------------------------------------------
 # Shallow scanning
+
+
+def batch_max_timestamp(batch: bytes | memoryview) -> int:
+    """The maxTimestamp field of an encoded v2 batch (its bytes from the baseOffset on)."""
+    return _MAX_TIMESTAMP.unpack_from(batch, _MAX_TIMESTAMP_AT)[0]
 
 
 def read_batch_header(
@@ -747,6 +756,20 @@ class RecordColumns:
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0])
+
+    def record(self, i: int) -> Record:
+        """Record ``i`` of the columns."""
+        data = self.data
+        kl, vl = int(self.key_lengths[i]), int(self.value_lengths[i])
+        ks, vs = int(self.key_starts[i]), int(self.value_starts[i])
+        return Record(
+            int(self.offsets[i]),
+            int(self.timestamps[i]),
+            self.timestamp_type,
+            None if kl < 0 else data[ks : ks + kl].tobytes(),
+            None if vl < 0 else data[vs : vs + vl].tobytes(),
+            self.headers[i] if self.headers is not None else (),
+        )
 
     def select(self, mask: np.ndarray) -> RecordColumns:
         """The records where ``mask`` is true."""
