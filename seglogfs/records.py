@@ -62,7 +62,8 @@ _ATTR_DELETE_HORIZON = 0x40
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
 _MAX_TIMESTAMP = struct.Struct(">q")
-# after baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4, baseTimestamp 8
+# after baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4,
+# baseTimestamp 8
 _MAX_TIMESTAMP_AT = 35
 _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
