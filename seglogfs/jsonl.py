@@ -19,27 +19,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import json
 from typing import Any
 
 from seglogfs.errors import InvalidRecordError
 from seglogfs.records import ProducerRecord, Record
+from seglogfs.timestamps import parse_iso8601_ms
 
 _FIELDS = frozenset({"value", "value_b64", "key", "key_b64", "headers", "timestamp"})
 _MAX_TIMESTAMP = (1 << 63) - 1
-
-
-def parse_timestamp(text: str) -> int:
-    """Epoch milliseconds of an ISO-8601 timestamp (naive times are UTC); ValueError if malformed."""
-    text = text.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    moment = dt.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -113,7 +101,7 @@ def _timestamp(raw: Any) -> int | None:
         raise InvalidRecordError('"timestamp" must be epoch milliseconds or an ISO-8601 string')
     if isinstance(raw, str):
         try:
-            ms = parse_timestamp(raw)
+            ms = parse_iso8601_ms(raw)
         except ValueError:
             raise InvalidRecordError(f'"timestamp" is not ISO-8601: {raw!r}') from None
     elif isinstance(raw, int):

@@ -11,6 +11,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 @pytest.fixture(scope="session")
 def fuse_available() -> None:
     """Fails the mounting tests on a machine without /dev/fuse or fusermount3."""
-    from mount_fixture import require_fuse
+    from support.mount_fixture import require_fuse
 
     require_fuse()

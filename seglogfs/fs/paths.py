@@ -12,7 +12,7 @@ from enum import Enum
 
 from mfusepy import FuseOSError
 
-from seglogfs.jsonl import parse_timestamp
+from seglogfs.timestamps import parse_iso8601_ms
 
 
 class Kind(Enum):
@@ -75,7 +75,7 @@ def parse_time(text: str) -> int:
     if text.isascii() and text.isdigit():
         return int(text)
     try:
-        return parse_timestamp(text)
+        return parse_iso8601_ms(text)
     except ValueError:
         raise _enoent() from None
 

@@ -14,12 +14,13 @@ topic of that name.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from seglogfs.timestamps import parse_iso8601_ms
 
 EARLIEST = -2
 LATEST = -1
@@ -75,15 +76,9 @@ def parse_timestamp_ms(options: Mapping[str, str], key: str) -> int | None:
     if re.fullmatch(r"-?\d+", text):
         return int(text)
     try:
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        moment = dt.datetime.fromisoformat(text)
+        return parse_iso8601_ms(text)
     except ValueError:
         raise OptionError(f"option {key}={raw!r}: expected epoch milliseconds or ISO-8601") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 def parse_name_list(options: Mapping[str, str], key: str) -> list[str] | None:

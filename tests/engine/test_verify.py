@@ -1,0 +1,352 @@
+"""``seglogfs verify`` on the real Kafka data dir and on damaged copies, run as a subprocess."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kafka.record import MemoryRecords
+from support.testdata import KAFKA_LOG_DIR
+
+from seglogfs.verify import Progress, verify_paths
+
+TESTDATA = KAFKA_LOG_DIR
+SEG = "00000000000000000000"
+
+
+def run_verify(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def writable_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    for root, dirs, files in os.walk(dst):
+        for name in dirs + files:
+            os.chmod(Path(root) / name, 0o755 if name in dirs else 0o644)
+    return dst
+
+
+def batches_of(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(position, size, lastOffset, maxTimestamp) per batch, parsed by kafka-python."""
+    out = []
+    records = MemoryRecords(data)
+    pos = 0
+    while records.has_next():
+        b = records.next_batch()
+        out.append((pos, b.size_in_bytes, b.last_offset, b.max_timestamp))
+        pos += b.size_in_bytes
+    return out
+
+
+def build_indexes(batches, base: int, interval: int = 4096, final_entry: bool = True) -> tuple[bytes, bytes]:
+    """.index and .timeindex bytes by Kafka's per-batch rule (kafka-format.md section 3)."""
+    index, timeindex = bytearray(), bytearray()
+    since = 0
+    max_ts, max_ts_offset = -1, base
+    last_time_ts = -1
+    for pos, size, last_offset, ts in batches:
+        if ts > max_ts:
+            max_ts, max_ts_offset = ts, last_offset
+        if since > interval:
+            index += struct.pack(">ii", last_offset - base, pos)
+            if max_ts > last_time_ts:
+                timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
+                last_time_ts = max_ts
+            since = 0
+        since += size
+    if final_entry and max_ts > last_time_ts:  # written on roll / close
+        timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
+    return bytes(index), bytes(timeindex)
+
+
+def test_index_builder_reproduces_the_broker_files():
+    """The helper below is trusted only because it rebuilds Kafka's own files byte for byte."""
+    for part in ("__consumer_offsets-15", "__cluster_metadata-0"):
+        d = TESTDATA / part
+        index, timeindex = build_indexes(batches_of((d / f"{SEG}.log").read_bytes()), 0)
+        assert index == (d / f"{SEG}.index").read_bytes()
+        assert timeindex == (d / f"{SEG}.timeindex").read_bytes()
+
+
+def test_real_data_dir_is_sound(tmp_path):
+    data = writable_copy(TESTDATA, tmp_path / "data")
+    proc = run_verify(data)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert "54 log(s)" in proc.stderr and "1930 batch(es)" in proc.stderr and "OK" in proc.stderr
+    assert "\r" not in proc.stderr  # no progress bar when stderr is not a terminal
+    # a log dir and single segment files are accepted too
+    part = data / "__cluster_metadata-0"
+    assert run_verify(part).returncode == 0
+    assert run_verify(part / f"{SEG}.log", part / f"{SEG}.timeindex").returncode == 0
+
+
+def test_flipped_byte_inside_a_batch(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    log = part / f"{SEG}.log"
+    data = bytearray(log.read_bytes())
+    pos, size, _, _ = batches_of(bytes(data))[10]
+    data[pos + size - 5] ^= 0x01  # inside the records, covered by the CRC
+    log.write_bytes(bytes(data))
+    proc = run_verify(tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{log}: position {pos}: ")
+    assert "CRC" in lines[0]
+
+
+def test_corrupt_offset_index_entry(tmp_path):
+    part = writable_copy(TESTDATA / "__cluster_metadata-0", tmp_path / "__cluster_metadata-0")
+    index = part / f"{SEG}.index"
+    raw = bytearray(index.read_bytes())
+    rel, pos = struct.unpack_from(">ii", raw, 3 * 8)
+    struct.pack_into(">ii", raw, 3 * 8, rel, pos + 1)  # entry 3 points inside a batch
+    index.write_bytes(bytes(raw))
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{index}: position 24: entry 3 (offset {rel}, position {pos + 1}): no batch starts there"
+    ]
+
+
+def test_corrupt_time_index_entry(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    tindex = part / f"{SEG}.timeindex"
+    raw = bytearray(tindex.read_bytes())
+    ts, rel = struct.unpack_from(">qi", raw, 2 * 12)
+    struct.pack_into(">q", raw, 2 * 12, ts + 1)  # still increasing, but not the batch's max timestamp
+    tindex.write_bytes(bytes(raw))
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{tindex}: position 24: entry 2 (timestamp {ts + 1}, offset {rel}): "
+        f"the batch with lastOffset {rel} has max timestamp {ts}"
+    ]
+
+
+def test_truncated_log_and_missing_index(tmp_path):
+    part = writable_copy(TESTDATA / "__consumer_offsets-15", tmp_path / "__consumer_offsets-15")
+    log = part / f"{SEG}.log"
+    data = log.read_bytes()
+    log.write_bytes(data[:-10])
+    (part / f"{SEG}.timeindex").unlink()
+    last_pos = batches_of(data)[-1][0]
+    proc = run_verify(part)
+    assert proc.returncode == 1
+    out = proc.stdout.splitlines()
+    assert (
+        f"{log}: position {last_pos}: {len(data) - 10 - last_pos} bytes after the last complete batch"
+        in "\n".join(out)
+    )
+    # a missing index is no damage (recovery rebuilds it): a note, beside the damage that fails the run
+    assert f"{part / (SEG + '.timeindex')}: note: missing (recovery rebuilds it)" in out
+
+
+@pytest.fixture
+def two_segments(tmp_path) -> Path:
+    """The consumer-offsets log split into an inactive and an active segment, indexes by Kafka's rule."""
+    src = (TESTDATA / "__consumer_offsets-15" / f"{SEG}.log").read_bytes()
+    batches = batches_of(src)
+    cut = len(batches) // 2
+    part = tmp_path / "events-0"
+    part.mkdir()
+    first = batches[:cut]
+    second_base = first[-1][2] + 1
+    split = batches[cut][0]
+    second = [(p - split, s, o, t) for p, s, o, t in batches[cut:]]
+    for base, chunk, data, final in (
+        (0, first, src[:split], True),
+        (second_base, second, src[split:], False),
+    ):
+        name = f"{base:020d}"
+        (part / f"{name}.log").write_bytes(data)
+        index, timeindex = build_indexes(chunk, base, interval=1024, final_entry=final)
+        (part / f"{name}.index").write_bytes(index)
+        (part / f"{name}.timeindex").write_bytes(timeindex)
+    return part
+
+
+def test_rule_built_segments_are_sound(two_segments):
+    report = verify_paths([two_segments])
+    assert report.problems == []
+    assert report.segments == 2 and report.logs == 1
+
+
+def test_untrimmed_index_only_allowed_on_the_active_segment(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    active_index = logs[1].with_suffix(".index")
+    with active_index.open("ab") as f:
+        f.write(bytes(8 * 100))  # a running writer keeps the active indexes preallocated
+    with active_index.with_suffix(".timeindex").open("ab") as f:
+        f.write(bytes(12 * 100))  # zeros here would fail Kafka's time-index sanity check on their own
+    report = verify_paths([two_segments])
+    assert report.problems == [] and report.notes == []
+    inactive_index = logs[0].with_suffix(".index")
+    n = inactive_index.stat().st_size // 8
+    with inactive_index.open("ab") as f:
+        f.write(bytes(8 * 100))
+    report = verify_paths([two_segments])
+    # what a crash between a roll and the trim leaves: recovery trims it, nothing is lost
+    assert report.problems == []
+    assert [(p.path, p.position) for p in report.notes] == [(inactive_index, n * 8)]
+    assert "not trimmed" in report.notes[0].message
+
+
+def test_inactive_segment_without_final_time_entry(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    tindex = logs[0].with_suffix(".timeindex")
+    tindex.write_bytes(tindex.read_bytes()[:-12])  # drop the entry written on roll
+    report = verify_paths([two_segments])
+    assert report.problems == []  # recovery writes the final entry again; older brokers never did
+    assert len(report.notes) == 1 and report.notes[0].path == tindex
+    assert "max timestamp" in report.notes[0].message
+
+
+def test_overlapping_segments_and_orphan_index(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    (two_segments / "00000000000000009999.index").write_bytes(b"")
+    second_base = int(logs[1].name.split(".")[0])
+    # rename the second segment to a base below the end of the first one
+    lower = f"{second_base - 1:020d}"
+    for suffix in (".log", ".index", ".timeindex"):
+        logs[1].with_suffix(suffix).rename(two_segments / f"{lower}{suffix}")
+    problems = verify_paths([two_segments]).problems
+    messages = [str(p) for p in problems]
+    assert any("overlaps" in m and lower in m for m in messages)
+    assert any("00000000000000009999.index" in m and "without a .log" in m for m in messages)
+
+
+def test_missing_path_fails(tmp_path):
+    proc = run_verify(tmp_path / "nope")
+    assert proc.returncode == 1
+    assert "no such file or directory" in proc.stdout
+
+
+def test_progress_bar_draws_to_a_stream():
+    stream = io.StringIO()
+    bar = Progress(4 << 20, stream, width=10)
+    bar.start_file("events-0/00000000000000000000.log")
+    bar.advance(2 << 20)
+    bar.finish()
+    text = stream.getvalue()
+    assert text.startswith("\r[..........]   0.0%")
+    assert "\r[##########] 100.0% 4.0 MiB/4.0 MiB events-0/00000000000000000000.log" in text
+    assert text.endswith("\n")
+
+
+def test_counts_and_decode_records(tmp_path):
+    from crc32c import crc32c
+
+    from seglogfs.log import Log
+    from seglogfs.records import ProducerRecord
+
+    part = tmp_path / "events-0"
+    with Log.open(part, create=True) as log:
+        for i in range(4):
+            log.append([ProducerRecord(b"v%d" % i, key=b"k"), ProducerRecord(b"w%d" % i)])
+    report = verify_paths([part])
+    assert report.problems == [] and (report.batches, report.records) == (4, 8)
+    assert report.index_entries >= 0 and report.time_index_entries >= 1
+    assert verify_paths([part], decode_records=True).records == 8
+    # A batch whose CRC matches but whose first record is malformed (a producer's bug): only the
+    # decoding pass sees it.
+    seg = part / f"{SEG}.log"
+    data = bytearray(seg.read_bytes())
+    data[61] = 0x7E  # the first record's length varint: 63 bytes, past the batch
+    data[17:21] = crc32c(bytes(data[21 : batches_of(bytes(data))[0][1]])).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    assert verify_paths([part]).problems == []
+    problems = verify_paths([part], decode_records=True).problems
+    assert [(p.path, p.position) for p in problems] == [(seg, 0)]
+    assert "corrupt records" in problems[0].message
+
+
+def test_dir_holding_only_an_index_is_damage_not_a_traceback(tmp_path):
+    part = tmp_path / "events-0"
+    part.mkdir()
+    (part / f"{SEG}.index").write_bytes(b"")
+    proc = run_verify(part)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.splitlines()[0] == f"{part}: no .log files: the log's records are gone ({SEG}.index)"
+
+
+def test_data_dir_with_a_log_that_lost_every_log_file(tmp_path):
+    data = writable_copy(TESTDATA, tmp_path / "data")
+    part = data / "__consumer_offsets-15"
+    (part / f"{SEG}.log").unlink()
+    proc = run_verify(data)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"{part}: no .log files: the log's records are gone (")
+    # a lost .log between (or after) the remaining segments is damage too; one below them is a leftover
+    # of retention (Kafka deletes it at load)
+    logs = tmp_path / "two"
+    writable_copy(part.parent / "__cluster_metadata-0", logs)
+    (logs / "00000000000000099999.index").write_bytes(b"")
+    report = verify_paths([logs])
+    assert [str(p.path.name) for p in report.problems] == ["00000000000000099999.index"]
+
+
+def test_missing_indexes_are_notes_unless_strict(tmp_path):
+    """A Kafka 2.1 data dir whose index files are absent (brokers rebuild them) is sound."""
+    data = writable_copy(TESTDATA, tmp_path / "data")
+    removed = sorted([*data.glob("*/*.index"), *data.glob("*/*.timeindex")])
+    for path in removed:
+        path.unlink()
+    proc = run_verify(data)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    nonempty = [p for p in removed if p.with_suffix(".log").stat().st_size > 0]
+    assert lines == [f"{p}: note: missing (recovery rebuilds it)" for p in nonempty]
+    assert len(nonempty) == 4
+    assert "OK, 4 note(s)" in proc.stderr
+    strict = subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "verify", "--strict", str(data)],
+        capture_output=True, text=True, check=False,
+    )
+    assert strict.returncode == 1 and strict.stdout.splitlines() == lines
+
+
+# --- files that are not regular files: damage, never "OK", never a hang ------------------------------
+
+
+def run_verify_bounded(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """``seglogfs verify`` as the user runs it, failing the test (not hanging it) after 60 s."""
+    return subprocess.run(
+        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+
+
+def test_a_directory_in_place_of_a_log_file_is_damage(two_segments):
+    second = sorted(two_segments.glob("*.log"))[1]
+    second.unlink()
+    second.mkdir()  # its .index and .timeindex stay
+    proc = run_verify_bounded(two_segments)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{second}: a directory, not a regular file" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex", ".log", ".snapshot"])
+def test_a_fifo_in_place_of_a_segment_file_is_damage_not_a_hang(two_segments, suffix):
+    victim = sorted(two_segments.glob("*.log"))[1].with_suffix(suffix)
+    victim.unlink(missing_ok=True)
+    os.mkfifo(victim)
+    for target in (two_segments, two_segments.parent, victim):
+        proc = run_verify_bounded(target)
+        assert proc.returncode == 1, (target, proc.stdout + proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert f"{victim}: a FIFO, not a regular file" in proc.stdout, (target, proc.stdout)

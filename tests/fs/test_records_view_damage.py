@@ -1,0 +1,170 @@
+"""Damaged batches at rest and the ``records`` view: a damaged batch costs only its own records.
+
+The view skips a damaged batch (it contributes no bytes; the daemon names file, position and the
+offsets skipped, once) and goes on with the next intact one, so ``cat records`` and ``stat records``
+never fail because of damage elsewhere. Engine side, a walk over a sealed segment never mistakes
+damage for a torn tail: ``Log.iter_batches`` / ``iter_records`` raise instead of silently dropping
+the batches after it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support.engine_helpers import config
+from support.mount_fixture import fuse_required, make_seglogd
+
+from seglogfs.errors import CorruptRecordError
+from seglogfs.log_manager import LogManager
+from seglogfs.records import BatchHeader, iter_batch_headers
+
+LOG = "events-0"
+CFG = config(segment_bytes=6000, index_interval_bytes=1000)
+BATCHES, PER_BATCH = 120, 3
+
+
+def value_of(offset: int) -> bytes:
+    """A value that names its own offset."""
+    return (b"%010d|" % offset).ljust(60, b"v")
+
+
+def build(data_dir: Path) -> int:
+    """A cleanly closed log of several segments; returns its end offset."""
+    with LogManager(data_dir, CFG) as manager:
+        log = manager.create_log(LOG)
+        for _ in range(BATCHES):
+            start = log.end_offset
+            log.append_values([value_of(start + i) for i in range(PER_BATCH)])
+        return log.end_offset
+
+
+def segment_batches(data_dir: Path) -> list[tuple[Path, list[BatchHeader]]]:
+    return [
+        (path, list(iter_batch_headers(path.read_bytes(), path=path)))
+        for path in sorted((data_dir / LOG).glob("*.log"))
+    ]
+
+
+def damage(path: Path, header: BatchHeader, kind: str) -> None:
+    """Damage one batch at rest: its length field, its CRC (a flipped byte) or its baseOffset."""
+    position, data = {
+        "length-huge": (header.position + 8, struct.pack(">i", 2**30)),
+        "length-small": (header.position + 8, struct.pack(">i", header.size - 12 - 40)),
+        "crc": (header.position + 17, b"\xde\xad"),
+        "base-offset": (header.position, struct.pack(">q", header.base_offset + 1)),
+    }[kind]
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(data)
+
+
+@pytest.mark.parametrize("kind", ["length-huge", "length-small", "crc"])
+def test_iter_records_never_silently_drops_what_follows_damage_in_a_sealed_segment(
+    tmp_path: Path, kind: str
+) -> None:
+    data_dir = tmp_path / "d"
+    build(data_dir)
+    path, headers = segment_batches(data_dir)[1]
+    damaged = headers[len(headers) // 2]
+    damage(path, damaged, kind)
+    with LogManager(data_dir, CFG) as manager:
+        log = manager.get(LOG)
+        with pytest.raises(CorruptRecordError) as raised:
+            seen = [record.offset for record in log.iter_records()]
+            pytest.fail(f"{kind}: iter_records ended quietly after offset {seen[-1]} of {log.end_offset}")
+        assert raised.value.path == str(path) and raised.value.position == damaged.position, kind
+        # Records before the damage still come, and a walk from past it reads on to the end.
+        after = headers[len(headers) // 2 + 1].base_offset
+        assert [r.offset for r in log.iter_records(after)] == list(range(after, log.end_offset)), kind
+        assert [r.value for r in log.iter_records(0, damaged.base_offset)] == [
+            value_of(o) for o in range(damaged.base_offset)
+        ]
+
+
+def read_until(proc: subprocess.Popen, wanted: bytes, timeout: float = 30.0) -> bytes:
+    """What ``proc`` writes to its stdout until it has written ``len(wanted)`` bytes (or ``timeout``)."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while len(got) < len(wanted) and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 1 << 16)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+LAST = -1  # the active segment
+PLANS = {
+    "sealed-length": [(1, "length-huge")],
+    "sealed-crc": [(1, "crc")],
+    "sealed-base-offset": [(1, "base-offset")],
+    "active-crc": [(LAST, "crc")],
+    "all": [(1, "length-huge"), (2, "crc"), (3, "base-offset"), (4, "length-small"), (LAST, "crc")],
+}
+
+
+@fuse_required
+@pytest.mark.parametrize("plan", PLANS.values(), ids=PLANS.keys())
+def test_cat_records_skips_only_the_damaged_batches(tmp_path: Path, plan: list[tuple[int, str]]) -> None:
+    """`cat records` (twice), `stat`, `tail -n` and an append after the damage: every intact record
+    exactly once, in order; each damaged batch named once in the daemon's log; no traceback."""
+    data_dir = tmp_path / "data"
+    end = build(data_dir)
+    segments = segment_batches(data_dir)
+    assert len(segments) >= 6, segments
+    lost: set[int] = set()
+    damaged: list[tuple[Path, int]] = []
+    for k, kind in plan:
+        path, headers = segments[k]
+        header = headers[len(headers) // 2]
+        damage(path, header, kind)
+        lost.update(range(header.base_offset, header.last_offset + 1))
+        damaged.append((path, header.position))
+    expected = b"".join(value_of(o) + b"\n" for o in range(end) if o not in lost)
+
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, defaults={"segment.bytes": 6000}, logs={LOG: {}})
+    try:
+        daemon.start()
+        records = daemon / LOG / "records"
+        for attempt in range(2):
+            cat = subprocess.run(["cat", str(records)], capture_output=True, timeout=60, check=False)
+            assert cat.returncode == 0, f"cat #{attempt}: {cat.stderr!r}"
+            got, lines = cat.stdout, cat.stdout.splitlines()
+            missing = sorted(set(expected.splitlines()) - set(lines))[:3]
+            assert got == expected, (
+                f"cat #{attempt}: {len(lines)} lines, expected {len(expected.splitlines())}; "
+                f"{len(lines) - len(set(lines))} repeated; missing e.g. {missing}"
+            )
+            assert os.stat(records).st_size == len(expected)
+        stat = subprocess.run(["stat", "-c", "%s", str(records)], capture_output=True, text=True, check=False)
+        assert stat.returncode == 0 and int(stat.stdout) == len(expected), stat
+        tail = subprocess.run(["tail", "-n", "2", str(records)], capture_output=True, check=False)
+        assert tail.returncode == 0 and tail.stdout.splitlines() == expected.splitlines()[-2:], tail
+        follower = subprocess.Popen(["tail", "-c", "+1", "-f", str(records)], stdout=subprocess.PIPE)
+        try:
+            with open(daemon / LOG / "append", "ab") as append:
+                append.write(b"after the damage\n")
+            followed = read_until(follower, expected + b"after the damage\n")
+        finally:
+            follower.kill()
+            follower.wait()
+        assert followed == expected + b"after the damage\n", f"tail -f: {len(followed)} bytes"
+        assert records.read_bytes() == followed
+        assert daemon.proc is not None and daemon.proc.poll() is None, "seglogd died"
+    finally:
+        daemon.cleanup()
+    stderr = daemon.stderr()
+    assert "Traceback" not in stderr, stderr
+    for path, position in damaged:
+        where = f"{path}: position {position}:"
+        named = [line for line in stderr.splitlines() if "records" in line and where in line]
+        assert len(named) == 1, f"{path} position {position}: {named}\n{stderr}"
