@@ -1,4 +1,4 @@
-"""Daemon memory with many segments (DESIGN.md section 7: < 150 MB RSS with 1000 segments).
+"""Daemon memory with many segments (docs/performance.md section 4: < 150 MB RSS with 1000 segments).
 
     .venv/bin/python bench/daemon_memory.py [--segments 1000]
 

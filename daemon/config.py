@@ -1,4 +1,4 @@
-"""The daemon's YAML configuration (DESIGN.md section 3).
+"""The daemon's YAML configuration (docs/configuration.md).
 
 ```yaml
 data_dir: ./var/data
@@ -34,7 +34,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import yaml
 
@@ -51,6 +51,7 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "seglo
 _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs")
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _SCOPES = ", ".join(scope.value for scope in Scope)
+_Id = TypeVar("_Id")  # what resolve_user / resolve_group return
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,8 @@ def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], source: Path
         _key_lines(value_node, path, lines, source)
 
 
-def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
-    """Parse and validate a YAML config given as text; ``source`` names it in errors."""
-    source = Path(source)
+def _compose(text: str, source: Path) -> tuple[object, dict[str, int]]:
+    """The YAML document in ``text`` and the line of every mapping key, by dotted path."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         if root is not None:
@@ -165,106 +165,136 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
     key_lines: dict[str, int] = {}
     if root is not None:
         _key_lines(root, "", key_lines, source)
+    return document, key_lines
 
-    def fail(key: str, value: object, reason: str) -> ConfigError:
-        line = key_lines.get(key)
-        where = f"{source}, line {line}" if line is not None else str(source)
+
+class _Settings:
+    """The settings of one document, read and checked one by one; every error names its line."""
+
+    def __init__(self, document: object, key_lines: dict[str, int], source: Path) -> None:
+        self.key_lines = key_lines
+        self.source = source
+        if document is None:
+            document = {}
+        if not isinstance(document, dict):
+            raise self.fail("<document>", document, "the top level must be a mapping")
+        for key in document:
+            if key not in _TOP_KEYS:
+                expected = f"unknown setting; expected one of {', '.join(_TOP_KEYS)}"
+                raise self.fail(str(key), document[key], expected)
+        self.document: dict = document
+
+    def fail(self, key: str, value: object, reason: str) -> ConfigError:
+        line = self.key_lines.get(key)
+        where = f"{self.source}, line {line}" if line is not None else str(self.source)
         return ConfigError(key, value, f"{reason} ({where})")
 
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise fail("<document>", document, "the top level must be a mapping")
-    for key in document:
-        if key not in _TOP_KEYS:
-            raise fail(str(key), document[key], f"unknown setting; expected one of {', '.join(_TOP_KEYS)}")
-
-    def path_setting(key: str) -> Path:
-        if key not in document:
-            raise fail(key, None, "required setting is missing")
-        value = document[key]
+    def path(self, key: str) -> Path:
+        if key not in self.document:
+            raise self.fail(key, None, "required setting is missing")
+        value = self.document[key]
         if not isinstance(value, str) or not value.strip():
-            raise fail(key, value, "expected a directory path")
+            raise self.fail(key, value, "expected a directory path")
         # abspath, not resolve(): it must not touch a possibly stale FUSE mount point.
         return Path(os.path.abspath(os.path.expanduser(value)))
 
-    def bool_setting(key: str, value: object) -> bool:
+    def boolean(self, key: str, value: object) -> bool:
         if not isinstance(value, bool):
-            raise fail(key, value, "expected true or false")
+            raise self.fail(key, value, "expected true or false")
         return value
 
-    def mapping_setting(key: str, value: object) -> dict:
+    def mapping(self, key: str, value: object) -> dict:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise fail(key, value, "expected a mapping")
+            raise self.fail(key, value, "expected a mapping")
         return value
 
-    data_dir = path_setting("data_dir")
-    mount_point = path_setting("mount_point")
-    if data_dir == mount_point or mount_point in data_dir.parents or data_dir in mount_point.parents:
-        # A mount point inside the data dir would look like a log; a data dir inside the mount is hidden.
-        raise fail("mount_point", str(mount_point), f"must not overlap data_dir {data_dir}")
-    read_only = bool_setting("read_only", document.get("read_only", False))
-    fuse = mapping_setting("fuse", document.get("fuse"))
-    for key in fuse:
-        if key not in _FUSE_KEYS:
-            raise fail(f"fuse.{key}", fuse[key], f"unknown setting; expected one of {', '.join(_FUSE_KEYS)}")
-    allow_other = bool_setting("fuse.allow_other", fuse.get("allow_other", False))
-
-    def account_id(key: str, value: object, resolve: Callable[[str | int], Any], what: str) -> Any:
+    def account_id(self, key: str, value: object, resolve: Callable[[str | int], _Id], what: str) -> _Id:
         """A user/group given by name or id (an int, or a string of digits)."""
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise fail(key, value, f"expected a {what} name or numeric id")
+            raise self.fail(key, value, f"expected a {what} name or numeric id")
         try:
             return resolve(int(value) if isinstance(value, str) and value.isdigit() else value)
         except KeyError:
-            raise fail(key, value, f"no such {what} on this machine") from None
+            raise self.fail(key, value, f"no such {what} on this machine") from None
         except ValueError as err:
-            raise fail(key, value, str(err)) from None
+            raise self.fail(key, value, str(err)) from None
 
-    def scope_setting(key: str, value: object) -> Scope:
+    def scope(self, key: str, value: object) -> Scope:
         try:
             return Scope(value)
         except ValueError:
-            raise fail(key, value, f"expected one of {_SCOPES}") from None
+            raise self.fail(key, value, f"expected one of {_SCOPES}") from None
 
-    uid, gid = os.getuid(), os.getgid()
-    if "owner" in fuse:
-        uid, primary_gid = account_id("fuse.owner", fuse["owner"], resolve_user, "user")
-        gid = primary_gid if primary_gid is not None else gid
-    if "group" in fuse:
-        gid = account_id("fuse.group", fuse["group"], resolve_group, "group")
-    read = scope_setting("fuse.read", fuse.get("read", Scope.EVERYONE.value))
-    write = scope_setting("fuse.write", fuse.get("write", Scope.OWNER.value))
-    try:
-        access = Access(uid, gid, read, write)
-    except ValueError as err:
-        raise fail("fuse.write", write.value, str(err)) from None
-
-    def log_config(prefix: str, mapping: Mapping, base: LogConfig | None, broker_names: bool) -> LogConfig:
+    def log_config(
+        self, prefix: str, mapping: Mapping, base: LogConfig | None, broker_names: bool
+    ) -> LogConfig:
         try:
             return LogConfig.from_mapping(mapping, base, broker_names=broker_names)
         except ConfigError as err:
-            raise fail(f"{prefix}.{err.key}", err.value, err.reason) from None
+            raise self.fail(f"{prefix}.{err.key}", err.value, err.reason) from None
 
-    defaults = log_config("defaults", mapping_setting("defaults", document.get("defaults")), None, True)
+
+def _fuse_settings(settings: _Settings) -> tuple[bool, Access]:
+    """``fuse:``: allow_other, and the owner, group and scopes of every path."""
+    fuse = settings.mapping("fuse", settings.document.get("fuse"))
+    for key in fuse:
+        if key not in _FUSE_KEYS:
+            expected = f"unknown setting; expected one of {', '.join(_FUSE_KEYS)}"
+            raise settings.fail(f"fuse.{key}", fuse[key], expected)
+    allow_other = settings.boolean("fuse.allow_other", fuse.get("allow_other", False))
+    uid, gid = os.getuid(), os.getgid()
+    if "owner" in fuse:
+        uid, primary_gid = settings.account_id("fuse.owner", fuse["owner"], resolve_user, "user")
+        gid = primary_gid if primary_gid is not None else gid
+    if "group" in fuse:
+        gid = settings.account_id("fuse.group", fuse["group"], resolve_group, "group")
+    read = settings.scope("fuse.read", fuse.get("read", Scope.EVERYONE.value))
+    write = settings.scope("fuse.write", fuse.get("write", Scope.OWNER.value))
+    try:
+        return allow_other, Access(uid, gid, read, write)
+    except ValueError as err:
+        raise settings.fail("fuse.write", write.value, str(err)) from None
+
+
+def _log_settings(settings: _Settings, defaults: LogConfig) -> tuple[dict[str, LogConfig], dict[str, dict]]:
+    """``logs:``: each log's effective config, and its own settings as written."""
     logs: dict[str, LogConfig] = {}
     overrides: dict[str, dict] = {}
-    for name, settings in mapping_setting("logs", document.get("logs")).items():
+    for name, own in settings.mapping("logs", settings.document.get("logs")).items():
         if not isinstance(name, str):
-            raise fail(f"logs.{name}", name, "YAML read this name as a number; quote it")
+            raise settings.fail(f"logs.{name}", name, "YAML read this name as a number; quote it")
         try:
             key = check_new_log_name(name)
         except InvalidLogNameError as err:
-            raise fail(f"logs.{name}", name, str(err)) from None
+            raise settings.fail(f"logs.{name}", name, str(err)) from None
         taken = next((other for other in logs if parse_log_dir_name(other) == key), None)
         if taken is not None:
-            raise fail(f"logs.{name}", name, f"topic {key[0]} partition {key[1]} is log {taken} already")
-        settings = mapping_setting(f"logs.{name}", settings)
+            taken_by = f"topic {key[0]} partition {key[1]} is log {taken} already"
+            raise settings.fail(f"logs.{name}", name, taken_by)
+        own = settings.mapping(f"logs.{name}", own)
         # Per-log settings take topic-level names only, as Kafka's topic configs do.
-        logs[name] = log_config(f"logs.{name}", settings, defaults, False)
-        overrides[name] = dict(settings)
+        logs[name] = settings.log_config(f"logs.{name}", own, defaults, False)
+        overrides[name] = dict(own)
+    return logs, overrides
+
+
+def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
+    """Parse and validate a YAML config given as text; ``source`` names it in errors."""
+    source = Path(source)
+    settings = _Settings(*_compose(text, source), source)
+    data_dir = settings.path("data_dir")
+    mount_point = settings.path("mount_point")
+    if data_dir == mount_point or mount_point in data_dir.parents or data_dir in mount_point.parents:
+        # A mount point inside the data dir would look like a log; a data dir inside the mount is hidden.
+        raise settings.fail("mount_point", str(mount_point), f"must not overlap data_dir {data_dir}")
+    read_only = settings.boolean("read_only", settings.document.get("read_only", False))
+    allow_other, access = _fuse_settings(settings)
+    defaults = settings.log_config(
+        "defaults", settings.mapping("defaults", settings.document.get("defaults")), None, True
+    )
+    logs, overrides = _log_settings(settings, defaults)
     return DaemonConfig(
         data_dir=data_dir,
         mount_point=mount_point,

@@ -10,10 +10,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from seglogd.config import load_config
+from seglogd.config import DaemonConfig, load_config
 from seglogd.notify import Notifier, watchdog_interval
 from seglogfs.errors import ConfigError, SeglogError
 from seglogfs.faults import PersistentFault
@@ -27,6 +28,11 @@ from seglogfs.fs.mount import (
 )
 from seglogfs.fs.operations import SeglogOperations
 from seglogfs.log_manager import LogManager
+
+if TYPE_CHECKING:  # mfusepy only after seglogfs.fs has chosen libfuse3; watchdog only when watched
+    from mfusepy import fuse_config, fuse_conn_info
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.api import BaseObserver
 
 log = logging.getLogger("seglogd")
 
@@ -56,17 +62,18 @@ class Daemon:
         self.config_path = Path(config_path).absolute()
         self._stop_requested = stop_requested or threading.Event()
         self.notifier = notifier or Notifier()
-        self.config: Any = None
-        self.manager: Any = None
+        self.config: DaemonConfig | None = None
+        self.manager: LogManager | None = None
         self.ops: SeglogOperations | None = None
         self.mount_point: Path | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._force_reload = False
         self._threads: list[threading.Thread] = []
-        self._observer: Any = None
+        self._observer: BaseObserver | None = None
         self._seen_digest: bytes | None = None  # of the config text last applied or refused
         self._wakeup: tuple[int, int] | None = None
+        self._was_mounted = False  # set by libfuse's init, in the FUSE thread
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -80,22 +87,9 @@ class Daemon:
         if self._stop_requested.is_set():
             log.info("stop requested before mounting: nothing was opened")
             return 0
-        cfg = self.config
-        self.mount_point = Path(cfg.mount_point).absolute()
-        data_dir = Path(cfg.data_dir).absolute()
+        self.mount_point = Path(self.config.mount_point).absolute()
         try:
-            self._prepare_mount_point()
-            self.notifier.status(f"opening logs in {data_dir}")
-            if not cfg.read_only:
-                data_dir.mkdir(parents=True, exist_ok=True)
-            started = time.monotonic()
-            self.manager = LogManager(data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only)
-            if not cfg.read_only:
-                for name, log_config in cfg.logs.items():
-                    if name not in self.manager.offline:  # logged as offline already; serve the rest
-                        self.manager.create_log(name, log_config)
-            log.info("opened %d log(s) in %s in %.2f s", len(self.manager.logs), data_dir,
-                     time.monotonic() - started)
+            self.manager = self._open_logs(self.config)
         except (SeglogError, OSError) as exc:
             log.error("cannot start: %s", exc)
             self._close_manager()
@@ -107,22 +101,7 @@ class Daemon:
         if self._stop_requested.is_set():  # checked after the reset: none can slip in between
             log.info("stop requested before mounting: closing the logs")
             return 0 if self._close_manager() else 1
-        self.ops = SeglogOperations(self.manager, read_only=cfg.read_only, access=cfg.access,
-                                    on_init=self._on_init)
-        self._install_sighup()
-        self.notifier.status(f"mounting {self.mount_point}")
-        code = 0
-        try:
-            run_mount(self.ops, self.mount_point, read_only=cfg.read_only,
-                      allow_other=bool(getattr(cfg, "allow_other", False)))
-        except RuntimeError as exc:
-            # fuse_main returns non-zero both when mounting failed and after some signal exits
-            if not self._stop.is_set() and not self._was_mounted:
-                log.error("mount on %s failed (libfuse returned %s)", self.mount_point, exc)
-                code = 1
-        except Exception:
-            log.exception("the FUSE loop failed")
-            code = 1
+        code = self._serve(self.config, self.manager)
         self.notifier.stopping()
         self.notifier.status("stopping: flushing logs")
         self._stop.set()
@@ -132,7 +111,41 @@ class Daemon:
         log.info("stopped" if code == 0 else f"stopped (exit code {code})")
         return code
 
-    _was_mounted = False
+    def _open_logs(self, cfg: DaemonConfig) -> LogManager:
+        """Clear the mount point, open (or create) the data dir and the configured logs."""
+        data_dir = Path(cfg.data_dir).absolute()
+        self._prepare_mount_point()
+        self.notifier.status(f"opening logs in {data_dir}")
+        if not cfg.read_only:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        manager = self.manager = LogManager(data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only)
+        if not cfg.read_only:
+            for name, log_config in cfg.logs.items():
+                if name not in manager.offline:  # logged as offline already; serve the rest
+                    manager.create_log(name, log_config)
+        log.info("opened %d log(s) in %s in %.2f s", len(manager.logs), data_dir, time.monotonic() - started)
+        return manager
+
+    def _serve(self, cfg: DaemonConfig, manager: LogManager) -> int:
+        """Mount and serve until unmounted or signalled (blocks); the exit code so far."""
+        assert self.mount_point is not None
+        self.ops = SeglogOperations(
+            manager, read_only=cfg.read_only, access=cfg.access, on_init=self._on_init
+        )
+        self._install_sighup()
+        self.notifier.status(f"mounting {self.mount_point}")
+        try:
+            run_mount(self.ops, self.mount_point, read_only=cfg.read_only, allow_other=cfg.allow_other)
+        except RuntimeError as exc:
+            # fuse_main returns non-zero both when mounting failed and after some signal exits
+            if not self._stop.is_set() and not self._was_mounted:
+                log.error("mount on %s failed (libfuse returned %s)", self.mount_point, exc)
+                return 1
+        except Exception:
+            log.exception("the FUSE loop failed")
+            return 1
+        return 0
 
     def _prepare_mount_point(self) -> None:
         assert self.mount_point is not None
@@ -160,7 +173,7 @@ class Daemon:
         return True
 
     # ------------------------------------------------------------------ after the mount is up
-    def _on_init(self, conn: Any, config: Any) -> None:
+    def _on_init(self, conn: fuse_conn_info | None, config: fuse_config | None) -> None:
         """Called by libfuse in the FUSE thread before it serves requests: start the helpers."""
         self._was_mounted = True
         self._start(self._announce_ready, "ready")
@@ -171,13 +184,13 @@ class Daemon:
             self._start(lambda: self._watchdog_loop(interval), "watchdog")
         self._watch_config_file()
 
-    def _start(self, target: Any, name: str) -> None:
+    def _start(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=f"seglogd-{name}", daemon=True)
         self._threads.append(thread)
         thread.start()
 
     def _announce_ready(self) -> None:
-        assert self.mount_point is not None and self.manager is not None
+        assert self.mount_point is not None and self.manager is not None and self.config is not None
         try:
             os.stat(self.mount_point)  # answered by our own FUSE loop: the mount is live
         except OSError as exc:
@@ -191,6 +204,7 @@ class Daemon:
         self._print_hints(names)
 
     def _print_hints(self, names: list[str]) -> None:
+        assert self.config is not None
         mnt = self.mount_point
         example = names[0] if names else "demo-0"
         lines = [f"seglogd: {mnt} is mounted. Try:"]
@@ -278,7 +292,7 @@ class Daemon:
         trigger = self._reload
 
         class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event: Any) -> None:
+            def on_any_event(self, event: FileSystemEvent) -> None:
                 paths = {getattr(event, "src_path", None), getattr(event, "dest_path", None)}
                 if target in paths:
                     trigger.set()
@@ -312,7 +326,7 @@ class Daemon:
             self.notifier.status(f"config reload refused: {exc}")
             return False
         old, manager = self.config, self.manager
-        if manager is None:
+        if manager is None or old is None:
             return False
         for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access"):
             if getattr(new, attr, None) != getattr(old, attr, None):

@@ -1,7 +1,7 @@
 """Kafka's small bookkeeping files: text checkpoints, ``partition.metadata``, the clean-shutdown marker
 and empty producer snapshots (their names: :mod:`seglogfs.log_files`).
 
-Formats (see shared/reference/kafka-format.md sections 5 and 8):
+Formats (see docs/kafka-format.md sections 5.1, 5.4, 8.4 and 8.5):
 
 - offset checkpoints (``recovery-point-offset-checkpoint``...): ``0`` / count / ``topic partition offset``
 - ``leader-epoch-checkpoint``: ``0`` / count / ``epoch startOffset``
@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import re
 import uuid
@@ -27,17 +28,19 @@ from pathlib import Path
 from seglogfs.errors import SeglogError
 from seglogfs.log_files import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA, validate_topic
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "EMPTY_PRODUCER_SNAPSHOT",
     "CorruptCheckpointError",
     "atomic_write",
-    "clean_shutdown_marker_exists",
     "create_new_file",
     "fsync_dir",
     "new_topic_id",
     "read_clean_shutdown_marker",
     "read_leader_epoch_checkpoint",
     "read_offset_checkpoint",
+    "read_offset_checkpoint_or_empty",
     "read_partition_metadata",
     "remove_clean_shutdown_marker",
     "write_clean_shutdown_marker",
@@ -182,8 +185,25 @@ def write_offset_checkpoint(path: str | Path, offsets: Mapping[tuple[str, int], 
     atomic_write(path, _render(lines, len(lines)))
 
 
+def read_offset_checkpoint_or_empty(
+    path: Path, *, unreadable_is_empty: bool = False
+) -> dict[tuple[str, int], int]:
+    """A data dir's offset checkpoint; a missing or corrupt file counts as empty, as in Kafka (a warning
+    names the file). ``unreadable_is_empty``: an OSError reading it counts as empty too (readers that
+    must not fail on a broker's half-written data dir), else it propagates."""
+    errors: tuple[type[Exception], ...] = (CorruptCheckpointError, OSError) if unreadable_is_empty else (
+        CorruptCheckpointError,
+    )
+    try:
+        return read_offset_checkpoint(path) if path.exists() else {}
+    except errors as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return {}
+
 def read_leader_epoch_checkpoint(path: str | Path) -> list[tuple[int, int]]:
-    """``[(epoch, start_offset), ...]`` in file order; [] when the file does not exist."""
+    """``[(epoch, start_offset), ...]`` in file order; [] when the file does not exist.
+
+    Kafka parity: the engine only writes this file; the reader checks ours against a broker's."""
     path = Path(path)
     return [
         (
@@ -227,7 +247,9 @@ def write_partition_metadata(log_dir: str | Path, topic_id: str | None = None) -
 
 
 def read_partition_metadata(log_dir: str | Path) -> str | None:
-    """The topic ID in ``<log_dir>/partition.metadata``, or None when the file does not exist."""
+    """The topic ID in ``<log_dir>/partition.metadata``, or None when the file does not exist.
+
+    Kafka parity: the engine only writes this file; the reader checks ours against a broker's."""
     path = Path(log_dir) / PARTITION_METADATA
     try:
         lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
@@ -252,11 +274,6 @@ def write_clean_shutdown_marker(data_dir: str | Path, broker_epoch: int = 0) -> 
     """Atomically write ``<data_dir>/.kafka_cleanshutdown`` as Kafka 3.7+ does."""
     body = json.dumps({"version": 0, "brokerEpoch": int(broker_epoch)}, separators=(",", ":"))
     atomic_write(Path(data_dir) / CLEAN_SHUTDOWN_FILE, body.encode())
-
-
-def clean_shutdown_marker_exists(data_dir: str | Path) -> bool:
-    """True when the data dir was shut down cleanly (the marker file exists, whatever it holds)."""
-    return (Path(data_dir) / CLEAN_SHUTDOWN_FILE).is_file()
 
 
 def read_clean_shutdown_marker(data_dir: str | Path) -> int | None:
@@ -292,6 +309,7 @@ def write_empty_producer_snapshot(path: str | Path) -> None:
     """Write an empty producer snapshot (``<20-digit offset>.snapshot``), fsynced.
 
     Kafka writes these at segment bases when no producer state exists; their presence lets it skip
-    rebuilding producer state by scanning the log.
+    rebuilding producer state by scanning the log. Kafka parity: no engine caller yet (the engine
+    keeps no producer state); kept, with its tested bytes, for writing broker-loadable dirs.
     """
     atomic_write(path, EMPTY_PRODUCER_SNAPSHOT)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from seglogfs.errors import ConfigError
+from seglogfs.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
 __all__ = [
     "INT_MAX",
@@ -51,8 +52,6 @@ INT_MIN = -(2**31)
 LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
 
-OFFSET_INDEX_ENTRY_SIZE = 8
-TIME_INDEX_ENTRY_SIZE = 12
 
 _MS_PER_UNIT = {
     "ms": 1,

@@ -1,4 +1,4 @@
-"""``seglogfs dump``: kafka-dump-log.sh's output, line for line (kafka-format.md section 7).
+"""``seglogfs dump``: kafka-dump-log.sh's output, line for line (docs/kafka-format.md section 7).
 
 Files are dispatched by suffix like Kafka's DumpLogSegments: ``.log`` (and KRaft ``.checkpoint``
 snapshots) print batches and, with deep iteration, records; ``.index`` / ``.timeindex`` print their
@@ -13,9 +13,6 @@ Kafka's default StringDecoder).
 
 from __future__ import annotations
 
-import mmap
-import os
-import stat
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,16 +24,23 @@ from crc32c import crc32c
 
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
+from .log_files import (
+    BOOTSTRAP_CHECKPOINT,
+    INDEX_SUFFIX,
+    KRAFT_SNAPSHOT_SUFFIX,
+    LOG_SUFFIX,
+    PRODUCER_SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    base_offset_from_name,
+    sibling_path,
+)
 from .records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
+from .regular_files import FileBuffer, non_regular_kind, open_readonly, require_regular_file
 
-__all__ = [
-    "DumpOptions",
-    "NotRegularFileError",
-    "dump_files",
-    "non_regular_kind",
-    "open_readonly",
-    "require_regular_file",
-]
+__all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "INT_MAX", "DumpOptions", "dump_files"]
+
+#: KRaft metadata snapshots, ``<20-digit end offset>-<10-digit epoch>.checkpoint`` (record-batch files)
 
 INT_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -51,8 +55,8 @@ CONTROL_TYPES = {
     6: "KRAFT_VOTERS",
 }
 _SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc32c, entry count
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, kafka-format.md section 5
-_TXN_ENTRY = struct.Struct(">hqqqq")  # 34 bytes, kafka-format.md section 8
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, docs/kafka-format.md section 5.4
+_TXN_ENTRY = struct.Struct(">hqqqq")  # 34 bytes, docs/kafka-format.md section 8.6
 
 
 @dataclass
@@ -105,75 +109,6 @@ class _Problems:
             err.write(f"Non-consecutive offsets in {name}\n")
             for first, second in reversed(pairs):
                 err.write(f"  {first} is followed by {second}\n")
-
-
-_FILE_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
-
-
-class NotRegularFileError(OSError):
-    """A segment file that is a directory, FIFO, socket or device: it is never read (opening a FIFO
-    would block the reader forever)."""
-
-    def __init__(self, path: str | os.PathLike[str], kind: str):
-        super().__init__(f"{path} is {kind}, not a regular file")
-        self.path = Path(path)
-        self.kind = kind
-
-
-def non_regular_kind(path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` is ("a FIFO", "a directory"...) when it exists but is not a regular file, else
-    None (also when it does not exist: opening it then says so). Nothing is opened, only stat'ed."""
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    return _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
-
-def require_regular_file(path: str | os.PathLike[str]) -> None:
-    """``NotRegularFileError`` when ``path`` exists but is not a regular file."""
-    kind = non_regular_kind(path)
-    if kind is not None:
-        raise NotRegularFileError(path, kind)
-
-
-@contextmanager
-def open_readonly(path: str | os.PathLike[str]) -> Iterator[bytes | mmap.mmap]:
-    """The whole file as a read-only buffer (mmap; ``b""`` for an empty file, which mmap refuses).
-
-    Only a regular file is read: anything else is ``NotRegularFileError`` (the open never blocks).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with open(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFileError(path, _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
-        size = info.st_size
-        if size == 0:
-            yield b""
-            return
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        try:
-            yield mm
-        finally:
-            mm.close()
-
-
-def _base_offset_of(path: Path) -> int:
-    """The segment base offset from a file name (the text before the first dot)."""
-    return int(path.name.split(".")[0])
-
-
-def _log_path_of(path: Path) -> Path:
-    return path.absolute().parent / (path.name.split(".")[0] + ".log")
 
 
 def _text(data: bytes) -> str:
@@ -254,9 +189,9 @@ def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions
 
 def _dump_log(path: Path, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems) -> None:
     name = path.name
-    if name.endswith(".log"):
-        out.write(f"Log starting offset: {_base_offset_of(path)}\n")
-    elif name == "bootstrap.checkpoint":
+    if name.endswith(LOG_SUFFIX):
+        out.write(f"Log starting offset: {base_offset_from_name(path.name)}\n")
+    elif name == BOOTSTRAP_CHECKPOINT:
         out.write("KRaft bootstrap snapshot\n")
     else:  # <20-digit end offset>-<10-digit epoch>.checkpoint
         offset, _, epoch = name.split(".")[0].partition("-")
@@ -296,7 +231,7 @@ def _dump_log(path: Path, options: DumpOptions, out: TextIO, err: TextIO, proble
             out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
 
 
-def _batch_at(buf, position: int, end: int, path: Path) -> BatchHeader | None:
+def _batch_at(buf: FileBuffer, position: int, end: int, path: Path) -> BatchHeader | None:
     """The complete batch starting at ``position`` within ``[position, end)``, or None."""
     if position < 0 or position >= end:
         return None
@@ -309,7 +244,7 @@ def _batch_at(buf, position: int, end: int, path: Path) -> BatchHeader | None:
 def _dump_index(
     path: Path, display: str, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems
 ) -> None:
-    base = _base_offset_of(path)
+    base = base_offset_from_name(path.name)
     index = OffsetIndex(path, base, writable=False)
     try:
         if index.entries == 0:
@@ -319,7 +254,7 @@ def _dump_index(
             index.sanity_check()
             out.write(f"{display} passed sanity check.\n")
             return
-        log_path = _log_path_of(path)
+        log_path = sibling_path(path, LOG_SUFFIX)
         has_log = _readable_sibling(path, log_path, err)
         with open_readonly(log_path) if has_log else _empty() as buf:
             for i in range(index.entries):
@@ -358,7 +293,7 @@ def _empty() -> Iterator[bytes]:
     yield b""
 
 
-def _max_record_timestamp(buf, header: BatchHeader, path: Path) -> int:
+def _max_record_timestamp(buf: FileBuffer, header: BatchHeader, path: Path) -> int:
     try:
         records = decode_batch_all(buf, header, path=path)
     except CorruptRecordError:
@@ -366,12 +301,73 @@ def _max_record_timestamp(buf, header: BatchHeader, path: Path) -> int:
     return max((r.timestamp for r in records), default=-1)
 
 
+def _scan_start(
+    offset_index: OffsetIndex | None,
+    index_path: Path,
+    offset: int,
+    log_size: int,
+    log_path: Path,
+    err: TextIO,
+    bad: set[int],
+) -> int:
+    """Where to look for the batch holding ``offset``: the position of its ``.index`` entry, or the
+    start of the .log without a usable index (an entry outside the .log is reported once in ``bad``)."""
+    if offset_index is None:
+        return 0
+    entry_offset, position = offset_index.lookup(offset)
+    if 0 <= position <= log_size:
+        return position
+    if position not in bad:  # once per bad entry, not per timestamp
+        bad.add(position)
+        err.write(
+            f"{index_path}: the entry for offset {entry_offset} has position {position}, outside "
+            f"{log_path} ({log_size} bytes); searching from the start of the .log instead\n"
+        )
+    return 0
+
+
+def _first_batch_reaching(
+    buf: FileBuffer, position: int, offset: int, log_path: Path, err: TextIO
+) -> BatchHeader | None:
+    """The first batch from ``position`` on whose lastOffset is >= ``offset``, or None."""
+    try:
+        for header in iter_batch_headers(buf, position, path=log_path):
+            if header.last_offset >= offset:
+                return header
+    except CorruptRecordError as exc:
+        err.write(f"{exc}\n")
+    return None
+
+
+def _check_time_entry(
+    problems: _Problems,
+    abs_path: str,
+    timestamp: int,
+    offset: int,
+    prev_ts: int,
+    found: BatchHeader | None,
+    buf: FileBuffer,
+    log_path: Path,
+) -> None:
+    """Kafka's checks of one time-index entry against the batch ``found`` for its offset."""
+    if found is None:
+        problems.time_not_found.setdefault(abs_path, []).append((offset, -1))
+    elif found.last_offset != offset:
+        problems.time_not_found.setdefault(abs_path, []).append((offset, found.last_offset))
+    else:
+        max_ts = _max_record_timestamp(buf, found, log_path)
+        if max_ts != timestamp:
+            problems.time_mismatches.setdefault(abs_path, []).append((timestamp, max_ts))
+        if prev_ts >= timestamp:
+            problems.time_out_of_order.setdefault(abs_path, []).append((timestamp, prev_ts))
+
+
 def _dump_time_index(
     path: Path, display: str, options: DumpOptions, out: TextIO, err: TextIO, problems: _Problems
 ) -> None:
-    base = _base_offset_of(path)
+    base = base_offset_from_name(path.name)
     time_index = TimeIndex(path, base, writable=False)
-    index_path = path.absolute().parent / (path.name.split(".")[0] + ".index")
+    index_path = sibling_path(path, INDEX_SUFFIX)
     # Without a readable .index, each timestamp's batch is searched for from the start of the .log.
     usable_index = index_path.exists() and non_regular_kind(index_path) is None
     offset_index = OffsetIndex(index_path, base, writable=False) if usable_index else None
@@ -380,7 +376,7 @@ def _dump_time_index(
             time_index.sanity_check()
             out.write(f"{display} passed sanity check.\n")
             return
-        log_path = _log_path_of(path)
+        log_path = sibling_path(path, LOG_SUFFIX)
         has_log = _readable_sibling(path, log_path, err)
         abs_path = str(path.absolute())
         prev_ts = -1
@@ -391,36 +387,11 @@ def _dump_time_index(
                 if offset == base and i > 0:
                     return
                 if has_log:
-                    position = 0
-                    if offset_index is not None:
-                        entry_offset, position = offset_index.lookup(offset)
-                        if not 0 <= position <= len(buf):
-                            if position not in bad_positions:  # once per bad entry, not per timestamp
-                                bad_positions.add(position)
-                                err.write(
-                                    f"{index_path}: the entry for offset {entry_offset} has position "
-                                    f"{position}, outside {log_path} ({len(buf)} bytes); searching from "
-                                    "the start of the .log instead\n"
-                                )
-                            position = 0
-                    found = None
-                    try:
-                        for header in iter_batch_headers(buf, position, path=log_path):
-                            if header.last_offset >= offset:
-                                found = header
-                                break
-                    except CorruptRecordError as exc:
-                        err.write(f"{exc}\n")
-                    if found is None:
-                        problems.time_not_found.setdefault(abs_path, []).append((offset, -1))
-                    elif found.last_offset != offset:
-                        problems.time_not_found.setdefault(abs_path, []).append((offset, found.last_offset))
-                    else:
-                        max_ts = _max_record_timestamp(buf, found, log_path)
-                        if max_ts != timestamp:
-                            problems.time_mismatches.setdefault(abs_path, []).append((timestamp, max_ts))
-                        if prev_ts >= timestamp:
-                            problems.time_out_of_order.setdefault(abs_path, []).append((timestamp, prev_ts))
+                    position = _scan_start(
+                        offset_index, index_path, offset, len(buf), log_path, err, bad_positions
+                    )
+                    found = _first_batch_reaching(buf, position, offset, log_path, err)
+                    _check_time_entry(problems, abs_path, timestamp, offset, prev_ts, found, buf, log_path)
                 if not options.verify_index_only:
                     out.write(f"timestamp: {timestamp} offset: {offset}\n")
                 prev_ts = timestamp
@@ -485,15 +456,15 @@ def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: Tex
         suffix = path.suffix
         try:
             require_regular_file(path)
-            if suffix in (".log", ".checkpoint"):
+            if suffix in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
                 _dump_log(path, options, out, err, problems)
-            elif suffix == ".index":
+            elif suffix == INDEX_SUFFIX:
                 _dump_index(path, arg, options, out, err, problems)
-            elif suffix == ".timeindex":
+            elif suffix == TIME_INDEX_SUFFIX:
                 _dump_time_index(path, arg, options, out, err, problems)
-            elif suffix == ".snapshot":
+            elif suffix == PRODUCER_SNAPSHOT_SUFFIX:
                 _dump_producer_snapshot(path, out, err)
-            elif suffix == ".txnindex":
+            elif suffix == TXN_INDEX_SUFFIX:
                 _dump_txn_index(path, out)
             else:
                 err.write(f"Ignoring unknown file {arg}\n")

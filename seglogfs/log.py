@@ -1,11 +1,6 @@
-"""Log: a directory of segments (Kafka's topic-partition), with append, roll, lookups, retention,
-flushing and crash recovery.
-
-Loading follows Kafka's LogLoader (shared/reference/kafka-format.md section 5): ``.deleted`` and
-``.cleaned`` leftovers are removed, complete ``.swap`` sets are finished, orphan index files dropped,
-missing or corrupt indexes rebuilt; after an unclean shutdown every segment from the recovery point
-on is validated batch by batch, a torn or corrupt tail is cut and later segments are deleted. After a
-clean shutdown nothing is scanned: the indexes are trusted, as Kafka trusts them.
+"""Log: a directory of segments (Kafka's topic-partition), with append, roll, lookups, retention and
+flushing. Loading and crash recovery are :mod:`seglogfs.log_loader`'s; which segments retention
+deletes, :mod:`seglogfs.retention`'s; decoded batches are cached in a :class:`BatchCache`.
 
 Thread-safety: one lock serialises appends, rolls, flushes and retention. Readers never take it:
 they work on a snapshot of the segment list, and a batch becomes visible only after it is written.
@@ -13,19 +8,18 @@ they work on a snapshot of the segment list, and a batch becomes visible only af
 
 from __future__ import annotations
 
-import bisect
-import errno
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .batch_cache import BatchCache
+from .batch_split import batch_encoder, largest_single_value, split_into_batches
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
@@ -36,47 +30,33 @@ from .errors import (
     TimestampNotFoundError,
 )
 from .lock import LogLock
-from .log_files import (
-    CLEANED_SUFFIX,
-    CORRUPT_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SEGMENT_SUFFIXES,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    base_offset_from_name,
-    parse_log_dir_name,
-    validate_log_name,
+from .log_files import DELETED_SUFFIX, parse_log_dir_name, validate_log_name
+from .log_loader import LogLoader
+from .log_segments import (
+    clock_ms,
+    discard_new_segment,
+    iter_checked_batches,
+    link_segments,
+    new_segment,
+    segment_index_for,
 )
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
     ProducerRecord,
     Record,
-    RecordColumns,
     TimestampType,
     batch_max_timestamp,
     decode_batch,
-    decode_batch_columns,
     decode_record,
     encode_batch,
     encode_values,
-    first_record_stamp,
-    record_bounds,
-    single_value_batch_size,
-    validate_batch,
 )
-from .segment import (
-    LogSegment,
-    next_offset_of_file,
-    pread_header,
-    random_roll_jitter,
-)
+from .retention import deletable_segment_count
+from .segment import LogSegment
+from .timestamp_search import find_offset_by_timestamp
 
 log = logging.getLogger(__name__)
-
-_BATCH_CACHE_BYTES = 32 * 1024 * 1024  # per log: bounds of ~8M records, or decoded batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,42 +68,12 @@ class AppendInfo:
     max_timestamp: int
 
 
-def _now_ms(clock: Callable[[], float]) -> int:
-    return int(clock() * 1000)
-
-
-def _swap_damage(path: Path, base_offset: int) -> str | None:
-    """Why a ``.log.swap`` cannot replace segments (no batch at all, a batch that fails its CRC, an
-    offset below the swap's base, a torn tail), or None when every batch of it is whole and valid."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        end = os.fstat(fd).st_size
-        if end == 0:  # renamed into place it would replace the segment of its name with nothing
-            return f"{path} is empty"
-        position = 0
-        while (header := pread_header(fd, position, end, path)) is not None:
-            if header.base_offset < base_offset:
-                return f"{path} has offset {header.base_offset} below its base at position {position}"
-            validate_batch(os.pread(fd, header.size, position), header.at(0), path=path)
-            position += header.size
-    except CorruptRecordError as exc:
-        return str(exc)
-    finally:
-        os.close(fd)
-    return None if position == end else f"{path} has a torn tail at position {position}"
-
-
-def _discard_new_segment(segment: LogSegment) -> None:
-    """Close and delete a segment that was never part of the log (a roll that failed half-way)."""
-    segment.close(trim=False)
-    for path in (segment.log_path, segment.index_path, segment.time_index_path):
-        path.unlink(missing_ok=True)
-
-
 class Log:
     """One log directory. Open it with :meth:`Log.open`."""
 
-    def __init__(self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]):
+    def __init__(
+        self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]
+    ) -> None:
         self.dir = Path(directory)
         self.name = self.dir.name
         self.topic, self.partition = parse_log_dir_name(self.name)
@@ -136,17 +86,14 @@ class Log:
         self._start_offset = 0
         self.recovery_point = 0
         self._unflushed_messages = 0
-        self._last_flush_ms = _now_ms(clock)
+        self._last_flush_ms = clock_ms(clock)
         self._dirty: set[LogSegment] = set()
         self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
         self._owner_lock: LogLock | None = None
-        self._batch_cache: OrderedDict[tuple[str, int, int], object] = OrderedDict()
-        self._cache_weights: dict[tuple[str, int, int], int] = {}
-        self._batch_cache_bytes = 0
-        self._cache_lock = threading.Lock()
+        self._batch_cache = BatchCache()
         self._closed = False
 
-    # ================================================================== opening and recovery
+    # ================================================================== opening
 
     @classmethod
     def open(
@@ -161,7 +108,8 @@ class Log:
         create: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> Log:
-        """Open (and with ``create``, make) a log directory; recover it unless it was shut down cleanly.
+        """Open (and with ``create``, make) a log directory; recover it unless it was shut down cleanly
+        (see :class:`~seglogfs.log_loader.LogLoader`).
 
         A writer takes the directory's owner lock (LogLockedError when another process holds it).
         ``read_only`` opens without the lock and never changes a file: missing or corrupt indexes are
@@ -178,193 +126,24 @@ class Log:
             log_obj._owner_lock = LogLock(directory)
             log_obj._owner_lock.acquire()
         try:
-            log_obj._load(recovery_point, log_start_offset, clean_shutdown)
+            loader = LogLoader(directory, log_obj.config, read_only=read_only, clock=clock)
+            loaded = loader.load(recovery_point, log_start_offset, clean_shutdown)
         except BaseException:
             log_obj._release()
             raise
+        log_obj._set_segments(loaded.segments)
+        log_obj._next_offset = loaded.next_offset
+        log_obj._start_offset = loaded.log_start_offset
+        log_obj.recovery_point = loaded.recovery_point
         return log_obj
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        cfg = self.config
-        return LogSegment(
-            self.dir,
-            base_offset,
-            index_interval_bytes=cfg.index_interval_bytes,
-            max_index_size=cfg.segment_index_bytes,
-            roll_jitter_ms=random_roll_jitter(cfg.segment_jitter_ms, cfg.segment_ms),
-            writable=not self.read_only,
-            created_ms=_now_ms(self._clock),
-        )
-
-    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        self._refuse_symlinks()
-        if not self.read_only:
-            self._remove_leftovers()
-        bases = sorted(
-            base_offset_from_name(p.name)
-            for p in self.dir.iterdir()
-            if p.name.endswith(LOG_SUFFIX) and p.name.split(".", 1)[0].isdigit()
-        )
-        segments = [self._new_segment(b) for b in bases]
-        if self.read_only:
-            # Retention may have removed a segment since the listing: a reader leaves it out.
-            segments = [s for s in segments if s.size or s.log_path.exists()]
-        else:
-            first_to_recover = (
-                len(segments) if clean_shutdown else self._first_unflushed(segments, recovery_point)
-            )
-            for segment in segments[:first_to_recover]:
-                self._check_indexes(segment)
-                if segment is not segments[-1]:
-                    segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
-            if first_to_recover < len(segments):
-                self._recover_segments(segments, first_to_recover)
-        if not segments:
-            segments = [self._new_segment(max(log_start_offset, 0))]
-        self._set_segments(segments)
-        active = segments[-1]
-        next_offset, valid_end = active.intact_end()
-        if valid_end < active.size:
-            # Whatever the clean-shutdown marker says: a preallocated (zero-filled) or garbage tail, or
-            # a damaged last batch (the end offset comes from the last intact batch, never its header).
-            if self.read_only:
-                log.warning(
-                    "%s: not reading %d bytes of torn or garbage data at position %d of %s",
-                    self.name,
-                    active.size - valid_end,
-                    valid_end,
-                    active.log_path,
-                )
-                active.size = valid_end
-            else:
-                self._recover_segments(segments, len(segments) - 1)
-                next_offset, _ = active.intact_end()
-        if not self.read_only:
-            self._grow_active_indexes(active)
-        self._next_offset = max(next_offset, active.base_offset)
-        self._start_offset = max(log_start_offset, segments[0].base_offset)
-        if self._start_offset > self._next_offset:
-            self._start_offset = self._next_offset
-        # After a clean load or a recovery everything up to the end offset is known good.
-        self.recovery_point = self._next_offset
-
-    def _refuse_symlinks(self) -> None:
-        """Raise ELOOP when a segment, index or leftover file is a symlink: loading and cleanup open,
-        truncate, rename and delete these files, and must never act outside the data dir."""
-        with os.scandir(self.dir) as entries:
-            for entry in entries:
-                if entry.name.split(".", 1)[0].isdigit() and entry.is_symlink():
-                    reason = "a segment file is a symbolic link (seglogfs follows no symlinks)"
-                    raise OSError(errno.ELOOP, reason, entry.path)
-
-    def _remove_leftovers(self) -> None:
-        """Kafka's first load steps: drop .deleted/.cleaned files, finish complete .swap sets."""
-        cleaned_bases = []
-        for path in self.dir.iterdir():
-            if not path.name.split(".", 1)[0].isdigit():
-                continue  # not a segment file of Kafka's (nor of ours): never ours to delete
-            if path.name.endswith(DELETED_SUFFIX):
-                path.unlink(missing_ok=True)
-            elif path.name.endswith(CLEANED_SUFFIX):
-                cleaned_bases.append(base_offset_from_name(path.name))
-                path.unlink(missing_ok=True)
-        lowest_cleaned = min(cleaned_bases, default=None)
-        for swap in self._offset_named(SWAP_SUFFIX):
-            base = base_offset_from_name(swap.name)
-            if lowest_cleaned is not None and base >= lowest_cleaned:
-                swap.unlink(missing_ok=True)  # an incomplete split or clean: discard
-        for swap in self._offset_named(LOG_SUFFIX + SWAP_SUFFIX):
-            self._complete_swap(swap)
-        for swap in self._offset_named(SWAP_SUFFIX):  # index swaps with no .log swap left
-            swap.rename(swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
-        # Index files without a .log are deleted, as Kafka does.
-        logs = {p.name.split(".", 1)[0] for p in self.dir.glob("*" + LOG_SUFFIX)}
-        for path in self.dir.iterdir():
-            stem, _, suffix = path.name.partition(".")
-            if stem.isdigit() and "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem not in logs:
-                path.unlink(missing_ok=True)
-
-    def _offset_named(self, suffix: str) -> list[Path]:
-        """The files of this log dir named ``<offset>.<...><suffix>``, sorted."""
-        return sorted(
-            p for p in self.dir.iterdir() if p.name.endswith(suffix) and p.name.split(".", 1)[0].isdigit()
-        )
-
-    def _complete_swap(self, swap_log: Path) -> None:
-        """A valid .swap replaces the segments it covers: [swap base, swap next offset).
-
-        A corrupt one replaces nothing: when the segment it would replace is still there, its files
-        are set aside as ``*.swap.corrupt`` (kept, never deleted); when it is not, the swap may hold
-        the only copy of its records, so the log cannot be opened (it goes offline, files untouched).
-        """
-        swap_base = base_offset_from_name(swap_log.name)
-        damage = _swap_damage(swap_log, swap_base)
-        if damage is not None:
-            swap_files = sorted(self.dir.glob(f"{swap_base:020d}.*{SWAP_SUFFIX}"))
-            if not (self.dir / f"{swap_base:020d}{LOG_SUFFIX}").is_file():
-                raise CorruptRecordError(
-                    f"{damage}; no segment holds its offsets, so the .swap may be their only copy"
-                )
-            for path in swap_files:
-                os.rename(path, path.with_name(path.name + CORRUPT_SUFFIX))
-            log.warning(
-                "%s: %s; kept the segment it would replace and set %s aside as *%s",
-                self.name,
-                damage,
-                ", ".join(p.name for p in swap_files),
-                CORRUPT_SUFFIX,
-            )
-            return
-        swap_end = next_offset_of_file(swap_log, swap_base)
-        for path in list(self.dir.iterdir()):
-            stem, _, suffix = path.name.partition(".")
-            if stem.isdigit() and "." + suffix in SEGMENT_SUFFIXES and swap_base <= int(stem) < swap_end:
-                path.unlink()
-        for path in self.dir.glob(f"{swap_base:020d}.*{SWAP_SUFFIX}"):
-            path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
-        # The rebuilt segment's indexes are recreated below if they are missing.
-
-    @staticmethod
-    def _first_unflushed(segments: list[LogSegment], recovery_point: int) -> int:
-        """Index of the first segment that may hold data past the recovery point (Kafka recovers from
-        the segment containing the recovery point on)."""
-        for i in range(len(segments)):
-            if i + 1 == len(segments) or segments[i + 1].base_offset > recovery_point:
-                return i
-        return len(segments)
-
-    def _check_indexes(self, segment: LogSegment) -> None:
-        """Rebuild the missing indexes of a segment that is otherwise trusted, without cutting its .log
-        (a damaged batch in a sealed segment costs only itself). Indexes that exist are checked against
-        the .log when first used, and rebuilt then if they are wrong (LogSegment.index_problem)."""
-        if segment.needs_index_rebuild:
-            log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
-            segment.rebuild_indexes()
-
-    def _recover_segments(self, segments: list[LogSegment], first: int) -> None:
-        """Validate every batch of segments[first:], rebuilding their indexes; cut the last one's torn
-        tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
-        intact batches after damage and every later segment (they may hold the only copy of their
-        records): the damage stays in place, its offsets unreadable, and appends go after the last
-        intact batch of the active segment."""
-        self._set_segments(segments)  # each segment's offset limit: a witness for its last batch
-        for segment in segments[first:]:
-            truncated = segment.recover(cut_torn_tail=segment is segments[-1])
-            if truncated:
-                log.warning(
-                    "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",
-                    self.name,
-                    truncated,
-                    segment.size,
-                    segment.log_path,
-                )
+        return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         # Copy-on-write: readers hold on to whichever list they fetched.
         self._segments = list(segments)
-        for segment, following in zip(segments, [*segments[1:], None], strict=True):
-            # A sealed segment's batches end before the next one begins: a witness for their offsets.
-            segment.offset_limit = following.base_offset if following is not None else None
+        link_segments(segments)
 
     def _release(self) -> None:
         if self._owner_lock is not None:
@@ -390,10 +169,12 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
+        """The newest segment, the one appends go to."""
         return self._segments[-1]
 
     @property
     def size_bytes(self) -> int:
+        """The bytes of every segment's .log together."""
         return sum(s.size for s in self._segments)
 
     @property
@@ -449,7 +230,7 @@ class Log:
             raise ValueError("nothing to append")
         with self._lock:
             self._check_writable()
-            now = _now_ms(self._clock)
+            now = clock_ms(self._clock)
             batch = encode_batch(
                 records,
                 self._next_offset,
@@ -465,7 +246,7 @@ class Log:
             raise ValueError("nothing to append")
         with self._lock:
             self._check_writable()
-            now = _now_ms(self._clock)
+            now = clock_ms(self._clock)
             ts = now if timestamp_ms is None or self.config.log_append_time else timestamp_ms
             batch = encode_values(
                 values,
@@ -479,8 +260,9 @@ class Log:
     def append_split(self, items: Sequence[ProducerRecord] | Sequence[bytes]) -> list[AppendInfo]:
         """Append ``items`` in order as one batch, or as several consecutive batches when together
         they exceed ``max.message.bytes``: each batch as long as fits, judged by its exact encoded
-        (compressed) size. ``bytes`` items are key-less values sharing one timestamp, as in
-        :meth:`append_values`; :class:`ProducerRecord` items keep keys, headers and timestamps.
+        (compressed) size (see :mod:`seglogfs.batch_split`). ``bytes`` items are key-less values
+        sharing one timestamp, as in :meth:`append_values`; :class:`ProducerRecord` items keep keys,
+        headers and timestamps.
 
         Every batch is encoded before the first is appended, so a record too large even alone raises
         :class:`RecordTooLargeError` (its ``index`` names it) with nothing appended. All or nothing:
@@ -491,65 +273,12 @@ class Log:
             raise ValueError("nothing to append")
         with self._lock:
             self._check_writable()
-            now = _now_ms(self._clock)
-            encode = self._split_encoder(items, now)
-            limit = self.config.max_message_bytes
-            planned: list[tuple[bytes, int]] = []
-            start, base, n = 0, self._next_offset, len(items)
-            whole = encode(0, n, base)
-            if len(whole) <= limit:
-                planned.append((whole, n))
-                start = n
-            while start < n:
-                end, batch = self._longest_fitting(encode, start, n, base, limit)
-                planned.append((batch, end - start))
-                base += end - start
-                start = end
+            now = clock_ms(self._clock)
+            encode = batch_encoder(items, now, self._codec(), self._timestamp_type())
+            planned = split_into_batches(
+                encode, len(items), self._next_offset, self.config.max_message_bytes, self.name
+            )
             return self._append_batches(planned, now)
-
-    def _split_encoder(
-        self, items: Sequence[ProducerRecord] | Sequence[bytes], now: int
-    ) -> Callable[[int, int, int], bytes]:
-        """``encode(start, end, base_offset)``: the batch of ``items[start:end]`` at ``base_offset``."""
-        codec, timestamp_type = self._codec(), self._timestamp_type()
-        if isinstance(items[0], bytes | bytearray | memoryview):
-            return lambda start, end, base: encode_values(
-                items[start:end], base, now, compression=codec, timestamp_type=timestamp_type
-            )
-        return lambda start, end, base: encode_batch(
-            items[start:end], base, now_ms=now, compression=codec, timestamp_type=timestamp_type
-        )
-
-    def _longest_fitting(
-        self, encode: Callable[[int, int, int], bytes], start: int, n: int, base: int, limit: int
-    ) -> tuple[int, bytes]:
-        """The largest ``end`` (> start) whose batch ``items[start:end]`` fits ``limit``, and that batch:
-        grows the batch 1, 2, 4... records until one does not fit, then bisects the last step. Costs
-        O(k log k) encoding for a batch of k records, however many items remain."""
-        best = encode(start, start + 1, base)
-        if len(best) > limit:
-            raise RecordTooLargeError(
-                f"record {start} (of {n}) alone makes a batch of {len(best)} bytes for log {self.name}, "
-                f"over max.message.bytes={limit}",
-                index=start,
-            )
-        good, step = start + 1, 1
-        bad = n + 1  # the first end known not to fit (n + 1: none known)
-        while good < n:
-            probe = min(good + step, n)
-            batch = encode(start, probe, base)
-            if len(batch) > limit:
-                bad = probe
-                break
-            good, best, step = probe, batch, step * 2
-        while bad - good > 1 and good < n:
-            probe = (good + bad) // 2
-            batch = encode(start, probe, base)
-            if len(batch) <= limit:
-                good, best = probe, batch
-            else:
-                bad = probe
-        return good, best
 
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)
@@ -569,11 +298,7 @@ class Log:
         none does. With a compression codec this is the uncompressed size (Kafka's producer checks
         the serialized size before compression too); a batch that compression makes larger, as
         incompressible data can, is still refused at append."""
-        limit = self.config.max_message_bytes
-        size = limit - V2_HEADER_SIZE - 7  # a record needs at least 7 bytes besides its value
-        while size >= 0 and single_value_batch_size(size) > limit:
-            size -= 1
-        return max(size, -1)
+        return largest_single_value(self.config.max_message_bytes)
 
     def _append_batch(self, batch: bytes, count: int, now_ms: int) -> AppendInfo:
         return self._append_batches([(batch, count)], now_ms)[0]
@@ -624,17 +349,6 @@ class Log:
             return self.roll()
         return active
 
-    def _grow_active_indexes(self, active: LogSegment) -> None:
-        """After loading, grow the active segment's indexes back to ``segment.index.bytes``. On a full
-        disk they stay trimmed (full), so the next append rolls and that roll reports ENOSPC."""
-        try:
-            active.resize_indexes(self.config.segment_index_bytes)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            log.warning("%s: no room to preallocate the indexes of %s (%s); appends roll first",
-                        self.name, active.log_path.name, exc.strerror)
-
     def roll(self) -> LogSegment:
         """Seal the active segment (final time entry, trimmed indexes); start a new one at the end offset."""
         with self._lock:
@@ -652,7 +366,7 @@ class Log:
                 active.on_become_inactive()
                 active.flush()  # Kafka flushes the sealed segment right after a roll
             except BaseException:
-                _discard_new_segment(new)
+                discard_new_segment(new)
                 raise
             self._dirty.discard(active)
             self._set_segments([*self._segments, new])
@@ -672,12 +386,12 @@ class Log:
             segment.flush()
         self._dirty.clear()
         self._unflushed_messages = 0
-        self._last_flush_ms = _now_ms(self._clock)
+        self._last_flush_ms = clock_ms(self._clock)
         self.recovery_point = self._next_offset
 
     def maybe_flush(self, now_ms: int | None = None) -> None:
         """Flush when ``flush.ms`` has passed since the last flush and something is unflushed."""
-        now = _now_ms(self._clock) if now_ms is None else now_ms
+        now = clock_ms(self._clock) if now_ms is None else now_ms
         with self._lock:
             if self._dirty and now - self._last_flush_ms >= self.config.flush_ms and not self._closed:
                 self._flush_locked()
@@ -685,39 +399,17 @@ class Log:
     # ================================================================== retention
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Kafka's retention: by time, by size and by log start offset. Returns segments deleted.
+        """Kafka's retention: by time, by size and by log start offset (:mod:`seglogfs.retention`).
+        Returns the number of segments deleted.
 
         Deleted segments are renamed ``.deleted`` at once and removed after ``file.delete.delay.ms``.
         """
         if self.read_only or self._closed:
             return 0
-        now = _now_ms(self._clock) if now_ms is None else now_ms
+        now = clock_ms(self._clock) if now_ms is None else now_ms
         with self._lock:
-            cfg = self.config
             segments = self._segments
-            deletable = 0
-            if cfg.deletes:
-                by_time = 0
-                if cfg.retention_ms >= 0:
-                    for segment in segments:
-                        if not self._expired(segment, now, cfg.retention_ms):
-                            break
-                        by_time += 1
-                by_size = 0
-                if cfg.retention_bytes >= 0:
-                    diff = sum(s.size for s in segments) - cfg.retention_bytes
-                    for segment in segments:
-                        if diff - segment.size >= 0:
-                            diff -= segment.size
-                            by_size += 1
-                        else:
-                            break
-                deletable = max(by_time, by_size)
-            by_start = 0
-            for i, following in enumerate(segments[1:]):
-                if following.base_offset <= self._start_offset:
-                    by_start = i + 1
-            deletable = max(deletable, by_start)
+            deletable = deletable_segment_count(segments, self.config, self._start_offset, now, self.name)
             # Never delete the last segment when it is empty; if all would go, roll first (as Kafka).
             if deletable >= len(segments):
                 if segments[-1].size == 0:
@@ -725,39 +417,26 @@ class Log:
                 else:
                     self.roll()
                     segments = self._segments
-            if deletable <= 0:
-                self._purge_deleted(now)
-                return 0
-            doomed, kept = segments[:deletable], segments[deletable:]
-            # Open until purged (as in Kafka): a reader in the middle of one, on an older snapshot of the
-            # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
-            # deleted before they leave the segment list: a reader finds each in one list or the other.
-            pending = [(now + cfg.file_delete_delay_ms, segment, []) for segment in doomed]
-            self._pending_deletes.extend(pending)
-            self._set_segments(kept)
-            self._start_offset = max(self._start_offset, kept[0].base_offset)
-            self._invalidate_cache()
-            for _, segment, paths in pending:
-                self._dirty.discard(segment)
-                name = segment.log_path.name
-                paths.extend(segment.rename_suffix(DELETED_SUFFIX))
-                log.info("%s: retention deleted segment %s", self.name, name)
+            if deletable > 0:
+                self._delete_segments(segments[:deletable], segments[deletable:], now)
             self._purge_deleted(now)
-            return len(doomed)
+            return max(deletable, 0)
 
-    def _expired(self, segment: LogSegment, now_ms: int, retention_ms: int) -> bool:
-        """Whether ``segment`` is older than ``retention_ms``: by its time index (Kafka's largest
-        timestamp), confirmed by its last batch's own header, so a wrong index never deletes data."""
-        if now_ms - segment.largest_timestamp() <= retention_ms:
-            return False
-        last = segment.last_intact_batch()
-        if last is not None and last.max_timestamp >= 0 and now_ms - last.max_timestamp <= retention_ms:
-            log.warning(
-                "%s: not deleting %s: its time index says %d, its last batch %d",
-                self.name, segment.log_path, segment.largest_timestamp(), last.max_timestamp,
-            )
-            return False
-        return True
+    def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
+        """Take ``doomed`` out of the log: renamed ``.deleted``, purged after ``file.delete.delay.ms``."""
+        # Open until purged (as in Kafka): a reader in the middle of one, on an older snapshot of the
+        # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
+        # deleted before they leave the segment list: a reader finds each in one list or the other.
+        pending = [(now_ms + self.config.file_delete_delay_ms, segment, []) for segment in doomed]
+        self._pending_deletes.extend(pending)
+        self._set_segments(kept)
+        self._start_offset = max(self._start_offset, kept[0].base_offset)
+        self._batch_cache.clear()
+        for _, segment, paths in pending:
+            self._dirty.discard(segment)
+            name = segment.log_path.name
+            paths.extend(segment.rename_suffix(DELETED_SUFFIX))
+            log.info("%s: retention deleted segment %s", self.name, name)
 
     @property
     def deleted_segments(self) -> list[LogSegment]:
@@ -775,12 +454,6 @@ class Log:
 
     # ================================================================== reading
 
-    @staticmethod
-    def _segment_for(offset: int, segments: list[LogSegment]) -> int:
-        """Index in ``segments`` (one snapshot of the list, which retention and rolls replace) of the
-        segment that would hold ``offset``."""
-        return max(bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1, 0)
-
     def _check_range(self, offset: int) -> None:
         if not self._start_offset <= offset < self._next_offset:
             raise OffsetOutOfRangeError(
@@ -791,7 +464,7 @@ class Log:
         """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
         self._check_range(offset)
         segments = self._segments
-        i = self._segment_for(offset, segments)
+        i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
             if header is not None:
@@ -818,7 +491,7 @@ class Log:
         if header.magic >= 2 and header.compression == Compression.NONE and not header.is_control:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
-            bounds = self._cached(("bounds", segment.base_offset, header.position), segment, header)
+            bounds = self._batch_cache.bounds(segment, header)
             i = bounds.index_of(header, offset)
             if i < 0:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
@@ -829,50 +502,15 @@ class Log:
                 message = f"the record read for offset {offset} says offset {record.offset}"
                 raise CorruptRecordError(message, segment.log_path, header.position)
             return record
-        columns = self._columns(segment, header)
+        columns = self._batch_cache.columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))
         if i >= len(columns) or int(columns.offsets[i]) != offset:
             raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
         return columns.record(i)
 
-    def _columns(self, segment: LogSegment, header: BatchHeader) -> RecordColumns:
-        """Decoded columns of one batch, CRC-checked, cached."""
-        return self._cached(("columns", segment.base_offset, header.position), segment, header)
-
-    def _cached(self, key: tuple[str, int, int], segment: LogSegment, header: BatchHeader):
-        """Record bounds or decoded columns of one batch, through a byte-bounded LRU cache."""
-        with self._cache_lock:
-            cached = self._batch_cache.get(key)
-            if cached is not None:
-                self._batch_cache.move_to_end(key)
-                return cached
-        data = segment.read(header.position, header.size)
-        local = header.at(0)
-        try:
-            validate_batch(data, local, path=segment.log_path)
-            if key[0] == "bounds":
-                value = record_bounds(data, local, path=segment.log_path)
-                weight = value.nbytes
-            else:
-                value = decode_batch_columns(data, local, path=segment.log_path)
-                weight = value.data.nbytes
-        except CorruptRecordError as exc:  # positions within ``data``: name the file's
-            raise exc.at(segment.log_path, header.position) from None
-        with self._cache_lock:
-            if key not in self._batch_cache:
-                self._batch_cache[key] = value
-                self._cache_weights[key] = weight
-                self._batch_cache_bytes += weight
-            while self._batch_cache_bytes > _BATCH_CACHE_BYTES and self._batch_cache:
-                evicted, _ = self._batch_cache.popitem(last=False)
-                self._batch_cache_bytes -= self._cache_weights.pop(evicted)
-        return value
-
     def _invalidate_cache(self) -> None:
-        with self._cache_lock:
-            self._batch_cache.clear()
-            self._cache_weights.clear()
-            self._batch_cache_bytes = 0
+        """Forget every cached batch (bench/engine.py starts each log size with a cold cache)."""
+        self._batch_cache.clear()
 
     def iter_batches(
         self, start: int | None = None, end: int | None = None
@@ -884,33 +522,7 @@ class Log:
         """
         start = self._start_offset if start is None else max(start, self._start_offset)
         end_offset = self._next_offset if end is None else min(end, self._next_offset)
-        if start >= end_offset:
-            return
-        segments = self._segments
-        i = self._segment_for(start, segments)
-        first = True
-        for segment in segments[i:]:
-            if segment.base_offset >= end_offset:
-                return
-            position = 0
-            if first:
-                located = segment.find_batch(start)
-                first = False
-                if located is None:
-                    continue
-                position = located.position
-            for header, data in segment.iter_batches(position):
-                if header.base_offset >= end_offset and header.magic >= 2:
-                    return
-                if header.last_offset < start:
-                    continue
-                try:
-                    validate_batch(data, header.at(0))
-                except CorruptRecordError as exc:
-                    raise exc.at(segment.log_path, header.position) from None
-                yield segment, header, data
-                if header.last_offset >= end_offset - 1:
-                    return
+        return iter_checked_batches(self._segments, start, end_offset)
 
     def iter_records(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
         """User records with offsets in [start, end), in order (control records skipped)."""
@@ -926,65 +538,10 @@ class Log:
         for segment in self._segments:
             if segment.max_timestamp < timestamp_ms and segment is not self._segments[-1]:
                 continue
-            found = self._find_in_segment(segment, timestamp_ms)
+            found = find_offset_by_timestamp(segment, timestamp_ms, self._start_offset, self._batch_cache)
             if found is not None:
                 return found
         raise TimestampNotFoundError(f"no record in log {self.name} has a timestamp >= {timestamp_ms}")
-
-    def _find_in_segment(self, segment: LogSegment, timestamp_ms: int) -> int | None:
-        # Entries are (max timestamp so far, offset): below an entry < target no record can match.
-        # Kafka looks up the target itself, which can skip an earlier record whose timestamp equals
-        # it when timestamps go backwards; target - 1 keeps "first record >= target" exact.
-        stamp, indexed_offset = segment.time_index.lookup(timestamp_ms - 1)
-        if stamp >= 0 and not segment.time_entry_holds(stamp, indexed_offset):
-            # A damaged entry could send the search past the answer: search from the segment start.
-            wrong = f"entry ({stamp}, offset {indexed_offset}) does not match the .log"
-            segment.index_contradicted(f"{segment.time_index_path}: {wrong}")
-            indexed_offset = segment.base_offset
-        start = max(indexed_offset, self._start_offset, segment.base_offset)
-        try:
-            header = segment.find_batch(start)
-        except CorruptRecordError as exc:  # the search starts in a damaged batch: go on past it
-            position = exc.position or 0
-        else:
-            if header is None:
-                return None
-            position = header.position
-        # Headers only until a batch can hold the answer; only that batch is decoded (and cached).
-        for batch in segment.iter_intact_headers(position):
-            if batch.max_timestamp < timestamp_ms or batch.is_control:
-                continue
-            try:
-                found = self._first_at_or_after(segment, batch, timestamp_ms)
-            except CorruptRecordError:
-                continue  # a damaged batch answers nothing; the next intact one may
-            # The answer must be an offset a read finds in this very batch: a batch whose offsets
-            # are damage (a changed baseOffset) would name another record's offset.
-            if found is not None and self._located_in(segment, batch, found):
-                return found
-        return None
-
-    def _first_at_or_after(self, segment: LogSegment, batch: BatchHeader, timestamp_ms: int) -> int | None:
-        """The offset of the first record of ``batch`` with timestamp >= ``timestamp_ms``, or None."""
-        if batch.magic >= 2 and batch.compression == Compression.NONE:
-            # Often the batch's first record already qualifies (always so for a batch whose
-            # records share one timestamp): a 32-byte read answers without decoding the batch.
-            # Like Kafka's search, this reads no CRC; reading the record itself checks it.
-            first = first_record_stamp(segment.read(batch.position + V2_HEADER_SIZE, 32), batch)
-            if first is not None and first[1] >= timestamp_ms and first[0] >= self._start_offset:
-                return first[0]
-        columns = self._columns(segment, batch)
-        hits = np.flatnonzero((columns.timestamps >= timestamp_ms) & (columns.offsets >= self._start_offset))
-        return int(columns.offsets[hits[0]]) if hits.size else None
-
-    @staticmethod
-    def _located_in(segment: LogSegment, batch: BatchHeader, offset: int) -> bool:
-        """Whether a lookup of ``offset`` lands on ``batch`` (False when it lands on damage)."""
-        try:
-            located = segment.find_batch(offset)
-        except CorruptRecordError:
-            return False
-        return located is not None and located.position == batch.position
 
     # ================================================================== config and lifecycle
 
@@ -1008,7 +565,7 @@ class Log:
             self._purge_deleted(2**62)
             self._closed = True
             self._release()
-            self._invalidate_cache()
+            self._batch_cache.clear()
 
     def __enter__(self) -> Log:
         return self

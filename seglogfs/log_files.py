@@ -6,7 +6,7 @@ the segment's base offset as 20 zero-padded digits and a suffix (``0000000000000
 the per-log files (``partition.metadata``, ``leader-epoch-checkpoint``, the owner lock). Files in
 transit carry a second suffix: ``.deleted`` (retention, removed after ``file.delete.delay.ms``),
 ``.cleaned`` and ``.swap`` (a segment replacement; see :mod:`seglogfs.log_loader`), and ``.corrupt``
-(a ``.swap`` set that failed validation, set aside). See ``docs/kafka-format.md``.
+(a ``.swap`` set that failed validation, set aside). See ``docs/kafka-format.md`` section 8.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
+KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"  # a KRaft metadata snapshot: record batches, like a .log
 #: the files of one segment, as the log layer renames them together
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 #: every file named by an offset in a log dir (producer snapshots are named by the offset they cover)
@@ -50,15 +51,44 @@ def parse_offset_file_name(name: str) -> tuple[int, str] | None:
     """``(offset, suffix)`` of a file named by an offset (``<digits>.<suffix>``, the suffix with its dot
     and any in-transit suffix, ``.log.deleted``), or None for any other name."""
     stem, dot, rest = name.partition(".")
-    if not dot or not stem.isdigit():
+    if not dot or not (stem.isascii() and stem.isdigit()):
         return None
     return int(stem), "." + rest
+
+
+def sibling_path(path: Path, suffix: str) -> Path:
+    """The file of the same segment as ``path`` with another suffix (``5.index`` -> ``5.log``), its
+    offset kept as written (a dumped file need not be named the canonical 20-digit way)."""
+    return path.absolute().parent / (path.name.partition(".")[0] + suffix)
 
 
 def is_segment_file_name(name: str, suffixes: Iterable[str] = OFFSET_NAMED_SUFFIXES) -> bool:
     """True for ``<digits><suffix>`` with one of ``suffixes`` exactly (no in-transit suffix)."""
     parsed = parse_offset_file_name(name)
     return parsed is not None and parsed[1] in suffixes
+
+
+def offset_named_files(directory: Path, suffix: str = "") -> list[Path]:
+    """The files of ``directory`` named by an offset (``<digits>.<...>``) and ending in ``suffix``, sorted."""
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.name.endswith(suffix) and parse_offset_file_name(path.name) is not None
+    )
+
+
+def segment_base_offsets(directory: Path) -> list[int]:
+    """The base offsets of the segments in a log dir (its ``<digits>.log`` files), ascending."""
+    return sorted(
+        parsed[0]
+        for parsed in (parse_offset_file_name(name) for name in os.listdir(directory))
+        if parsed is not None and parsed[1] == LOG_SUFFIX
+    )
+
+
+def files_of_segment(directory: Path, base_offset: int, suffix: str = "") -> list[Path]:
+    """The files of ``directory`` named ``<20-digit base_offset>.<...><suffix>``, sorted."""
+    return sorted(directory.glob(segment_file_name(base_offset, ".*" + suffix)))
 
 
 def sealed_segment_file(name: str, active_base_offset: int) -> bool:

@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .checkpoint import (
-    CorruptCheckpointError,
     read_clean_shutdown_marker,
-    read_offset_checkpoint,
+    read_offset_checkpoint_or_empty,
     remove_clean_shutdown_marker,
     write_clean_shutdown_marker,
     write_leader_epoch_checkpoint,
@@ -70,7 +69,7 @@ class LogManager:
         *,
         read_only: bool = False,
         clock: Callable[[], float] = time.time,
-    ):
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.log_configs: dict[str, LogConfig] = dict(log_configs or {})
@@ -190,19 +189,12 @@ class LogManager:
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A checkpoint by (topic, partition); a missing or corrupt file counts as empty, as in Kafka."""
-        path = self.data_dir / name
-        if not path.exists():
-            return {}
-        try:
-            entries = read_offset_checkpoint(path)
-        except CorruptCheckpointError as exc:
-            log.warning("ignoring %s: %s", path, exc)
-            return {}
-        return entries
+        return read_offset_checkpoint_or_empty(self.data_dir / name)
 
     # ------------------------------------------------------------------ logs
 
     def config_for(self, name: str) -> LogConfig:
+        """The configuration of log ``name``: its own, else the data dir's default."""
         return self.log_configs.get(name, self.default_config)
 
     @property
@@ -338,10 +330,6 @@ class LogManager:
             else:
                 valid[(topic, partition)] = offset
         return valid
-
-    def flush_all(self) -> None:
-        for log_obj in list(self._logs.values()):
-            log_obj.flush()
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints and the clean-shutdown marker.

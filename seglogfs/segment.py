@@ -1,6 +1,6 @@
 """LogSegment: one ``<base>.log`` with its ``.index`` and ``.timeindex``, as Kafka lays them out.
 
-Appends follow Kafka's LogSegment.append (shared/reference/kafka-format.md section 3): the index test
+Appends follow Kafka's LogSegment.append (docs/kafka-format.md section 3): the index test
 runs before the current append is counted, the offset entry pairs the append's last offset with its
 first byte, and the time entry pairs the segment's max timestamp so far with the last offset of the
 batch holding it. Recovery rebuilds both indexes per batch with the same rule.
@@ -17,21 +17,22 @@ import os
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from .errors import CorruptIndexError, CorruptRecordError
-from .index import OffsetIndex, TimeIndex
+from .errors import CorruptRecordError
+from .index import DEFAULT_MAX_INDEX_SIZE, AbstractIndex, OffsetIndex, TimeIndex
 from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from .records import (
+    HEADER_SIZE_UP_TO_MAGIC,
     V2_HEADER_SIZE,
     BatchHeader,
     iter_batch_headers,
     read_batch_header,
-    validate_batch,
 )
+from .segment_recovery import SegmentRecovery
+from .segment_survey import Damage, SegmentSurvey
+
+__all__ = ["Damage", "LogSegment", "next_offset_of_file", "pread_header", "random_roll_jitter"]
 
 _READ_CHUNK = 4 * 1024 * 1024
 _NO_LIMIT = 1 << 62
@@ -39,8 +40,16 @@ _NO_LIMIT = 1 << 62
 log = logging.getLogger(__name__)
 
 
-class LogSegment:
-    """A segment of a log. ``writable=False`` opens it for reading only and never touches the files."""
+class _Suspect(Exception):
+    """Internal: the header walk met something only a CRC-checked survey can judge."""
+
+
+class LogSegment(SegmentSurvey, SegmentRecovery):
+    """A segment of a log. ``writable=False`` opens it for reading only and never touches the files.
+
+    The damage survey (:class:`~seglogfs.segment_survey.SegmentSurvey`) and the index checks and
+    recovery (:class:`~seglogfs.segment_recovery.SegmentRecovery`) live in their own modules.
+    """
 
     def __init__(
         self,
@@ -48,7 +57,7 @@ class LogSegment:
         base_offset: int,
         *,
         index_interval_bytes: int = 4096,
-        max_index_size: int = 10 * 1024 * 1024,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
         roll_jitter_ms: int = 0,
         writable: bool = True,
         created_ms: int = 0,
@@ -101,6 +110,20 @@ class LogSegment:
                     self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         return self._fd_value
 
+    def open_reader_fd(self) -> int:
+        """A descriptor of the .log that the caller owns (and closes), for a reader that must outlive
+        the segment's own: retention's purge closes that one, and its number may then be reused.
+
+        A duplicate of the segment's descriptor when it is open (the same file whatever renames
+        happened since, and no path lookup), else an open of the current ``log_path`` (``.deleted``
+        once retention renamed it; the segment does not keep it, so 1000 segments do not hold 1000
+        descriptors). FileNotFoundError once the files are purged; nothing is ever created.
+        """
+        with self._lock:  # against close() and rename_suffix(): the descriptor and path stay valid
+            if self._fd_value >= 0:
+                return os.dup(self._fd_value)
+            return os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+
     # ------------------------------------------------------------------ indexes (opened lazily)
 
     @property
@@ -115,180 +138,6 @@ class LogSegment:
             self._open_indexes()
         return self._time_index  # type: ignore[return-value]
 
-    def _open_indexes(self) -> None:
-        """Open both indexes; the first time, check them against the .log and rebuild them if wrong."""
-        with self._index_lock:
-            if self._indexes_ready:
-                return
-            if self._offset_index is None:
-                self._offset_index = self._open_index(OffsetIndex, self.index_path)
-            if self._time_index is None:
-                self._time_index = self._open_index(TimeIndex, self.time_index_path)
-            if self._checking_indexes:  # the check below reads batches through the indexes
-                return
-            if not self._indexes_checked and not self.needs_index_rebuild and self.size > 0:
-                self._checking_indexes = True
-                try:
-                    problem = self.index_problem()
-                    if problem is not None:
-                        self._index_failed(problem)
-                finally:
-                    self._checking_indexes = False
-            self._indexes_checked = True
-            self._indexes_ready = True
-
-    def index_problem(self) -> str | None:
-        """Why the indexes cannot be trusted, naming the file, or None. Beyond Kafka's sanity check:
-        entries strictly increasing, inside the segment's offsets and its .log, the first and last
-        offset entries at batches they fit, and the last time entry equal to the max timestamp of the
-        batch it names, which no later batch exceeds."""
-        offset_index, time_index = self._offset_index, self._time_index
-        assert offset_index is not None and time_index is not None
-        try:
-            for index in (offset_index, time_index):
-                index.sanity_check()
-        except CorruptIndexError as exc:
-            return str(exc)
-        offsets, positions = offset_index.to_arrays()
-        if offsets.size:
-            name = offset_index.path
-            if (np.diff(offsets) <= 0).any() or (np.diff(positions) <= 0).any():
-                return f"{name}: entries are not strictly increasing"
-            if positions[0] < 0 or positions[-1] >= self.size:
-                where = f"outside {self.log_path} ({self.size} bytes)"
-                return f"{name}: position {int(positions[-1])} is {where}"
-            if offsets[-1] - self.base_offset > 2**31 - 1:
-                return f"{name}: offset {int(offsets[-1])} is outside the segment"
-            for slot in (0, -1):
-                offset, position = int(offsets[slot]), int(positions[slot])
-                header = self._header_or_none(position, self.size)
-                if header is None or header.last_offset > offset:
-                    return f"{name}: the entry for offset {offset} names no batch at position {position}"
-        last = None
-        for last in self.iter_intact_headers(int(positions[-1]) if positions.size else 0):  # noqa: B007
-            pass
-        stamps, stamp_offsets = time_index.to_arrays()
-        if not self.writable and last is not None and isinstance(time_index, TimeIndex):
-            # A reader of a log being written: entries past the batches it sees are not its concern.
-            time_index.limit_entries(int(np.searchsorted(stamp_offsets, last.next_offset)))
-            stamps, stamp_offsets = time_index.to_arrays()
-        if stamps.size:
-            name = time_index.path
-            if (np.diff(stamps) <= 0).any() or (np.diff(stamp_offsets) < 0).any():
-                return f"{name}: entries are not increasing"
-            if stamp_offsets[0] < self.base_offset:
-                return f"{name}: offset {int(stamp_offsets[0])} is below the base offset {self.base_offset}"
-            stamp, offset = int(stamps[-1]), int(stamp_offsets[-1])
-            try:
-                holder = self.find_batch(offset)
-            except CorruptRecordError:
-                holder = None
-            if holder is None or holder.last_offset != offset or holder.max_timestamp != stamp:
-                found = "no batch" if holder is None else f"max timestamp {holder.max_timestamp}"
-                return f"{name}: last entry ({stamp}, offset {offset}) does not match the .log ({found})"
-            if self.writable and last is not None and last.max_timestamp > stamp:
-                return f"{name}: last entry {stamp} is below the last batch's {last.max_timestamp}"
-        elif self.writable and last is not None and last.max_timestamp >= 0 and offsets.size:
-            return f"{time_index.path}: empty, but the batches carry timestamps"
-        return None
-
-    def index_contradicted(self, problem: str) -> None:
-        """An index entry in use was found wrong: rebuild the indexes of a sealed (or read-only)
-        segment now. The active segment's are a writer's, never rebuilt under its feet: that waits for
-        the next load, which checks them."""
-        if self.offset_limit is not None or not self.writable:
-            self._index_failed(problem)
-
-    def time_entry_holds(self, timestamp: int, offset: int) -> bool:
-        """Whether the batch ending at ``offset`` has max timestamp ``timestamp`` (what a time-index
-        entry claims)."""
-        try:
-            holder = self.find_batch(offset)
-        except CorruptRecordError:
-            return False
-        return holder is not None and holder.last_offset == offset and holder.max_timestamp == timestamp
-
-    def _index_failed(self, problem: str) -> None:
-        """Log why the indexes are wrong; rebuild them from the .log (read-only: scan instead)."""
-        log.warning("%s; rebuilding the indexes of %s from the .log", problem, self.log_path)
-        if self.writable:
-            self.rebuild_indexes()
-            return
-        # Not closed: a concurrent reader may still be searching them (they go with their last use).
-        self._offset_index = _EmptyIndex(True, self.base_offset)  # type: ignore[assignment]
-        self._time_index = _EmptyIndex(False, self.base_offset)  # type: ignore[assignment]
-        self._max_timestamp = None
-
-    def rebuild_indexes(self) -> None:
-        """Rebuild both indexes from the intact batches of the .log with Kafka's per-batch rule, leaving
-        the .log untouched (damaged stretches are skipped, not cut: a sealed batch past them is data)."""
-        self._reset_indexes_for_rebuild()
-        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
-        last_indexed = 0
-        for header in self._recovered_batches(check_last=False):
-            last_indexed = self._index_rebuilt_batch(header, last_indexed)
-        # Trimmed as after a recovery (an active segment grows them again when the Log loads).
-        self._finish_rebuilt_indexes(last_indexed)
-
-    def _accepted_batches(
-        self, position: int = 0, previous: BatchHeader | None = None
-    ) -> Iterator[BatchHeader]:
-        """Every intact batch of the .log whose offsets fit its neighbours', in order (damage skipped),
-        from ``position`` (a batch boundary; ``previous``: the accepted batch before it, if any)."""
-        end = self.size
-        pending: BatchHeader | None = None
-        damage_before = damage_after = False  # damage right before / right after ``pending``
-        damage_at: int | None = None  # where the damage right after the last batch read begins
-        pending_damage_at: int | None = None  # ... right before ``pending``
-        while True:
-            header: BatchHeader | None = None
-            if position < end:
-                header, _ = self._intact_batch_at(position, end)
-                if header is None:
-                    damage_at = position if damage_at is None else damage_at
-                    position = self._resync(position + 1, end)
-                    damage_after = True
-                    continue
-                position = header.end_position
-            if pending is not None:
-                trusted = (
-                    (pending.position == 0 and pending.base_offset == self.base_offset)
-                    or (
-                        previous is not None
-                        and previous.end_position == pending.position
-                        and _follows(previous, pending)
-                    )
-                    or (pending_damage_at is not None and self._bridges(previous, pending_damage_at, pending))
-                )
-                isolated = (damage_before or damage_after) and not (
-                    _follows(previous, pending) or _follows(pending, header)
-                )
-                if trusted or not (isolated or self._offsets_contradicted(pending, previous, header, None)):
-                    yield pending
-                    previous = pending
-            if header is None:
-                return
-            pending, damage_before, damage_after = header, damage_after, False
-            pending_damage_at, damage_at = damage_at, None
-
-    def _bridges(self, before: BatchHeader | None, damage_at: int, after: BatchHeader) -> bool:
-        """Whether the damaged batch at ``damage_at`` (its CRC failed) links ``before`` and ``after``
-        through its header's fields: its baseOffset continues ``before`` (at position 0: the
-        segment's base offset) and its lastOffsetDelta or its record count leads to ``after``'s base
-        offset. Two fields agreeing vouch for ``after``'s offsets, which nothing else can (its
-        baseOffset is outside its CRC) when it is the last batch of the active segment; one damaged
-        field (a length, a count, a delta, a record) still leaves two."""
-        if (before.end_position if before is not None else 0) != damage_at or after.magic < 2:
-            return False
-        raw = os.pread(self._fd, 61, damage_at)  # a v2 batch header
-        if len(raw) < 61:
-            return False
-        base = int.from_bytes(raw[0:8], "big", signed=True)
-        last_offset_delta = int.from_bytes(raw[23:27], "big", signed=True)
-        records_count = int.from_bytes(raw[57:61], "big", signed=True)
-        first = before.last_offset + 1 if before is not None else self.base_offset
-        return base == first and after.base_offset in (base + last_offset_delta + 1, base + records_count)
-
     def release_indexes(self) -> None:
         """Close the indexes until they are next used (a sealed segment need not hold them open)."""
         with self._index_lock:
@@ -297,35 +146,6 @@ class LogSegment:
                     index.close()
             self._offset_index = self._time_index = None
             self._indexes_ready = False
-
-    def sanity_check_indexes(self) -> None:
-        """Raise CorruptIndexError when the indexes cannot be trusted (see ``index_problem``)."""
-        problem = self.index_problem() if self.offset_index is not None else None
-        if problem is not None:
-            raise CorruptIndexError(problem)
-
-    def _open_index(self, cls, path: Path):
-        if self.writable:
-            return cls(path, self.base_offset, self.max_index_size, writable=True)
-        if not path.exists():
-            return _EmptyIndex(cls is OffsetIndex, self.base_offset)
-        try:
-            index = cls(path, self.base_offset, writable=False)
-        except FileNotFoundError:  # removed (retention) since the check above
-            return _EmptyIndex(cls is OffsetIndex, self.base_offset)
-        # A reader may meet the preallocated, zero-filled tail of an active segment's index.
-        index.limit_entries(index.entries_before_zero_tail())
-        if cls is OffsetIndex:
-            # The owner may have appended since ``size`` was read: entries at or past it point at
-            # batches this reader does not see (its end offset stops before them).
-            _, positions = index.to_arrays()
-            index.limit_entries(int(np.searchsorted(positions, self.size)))
-        try:
-            index.sanity_check()
-        except CorruptIndexError:
-            index.close()
-            return _EmptyIndex(cls is OffsetIndex, self.base_offset)
-        return index
 
     # ------------------------------------------------------------------ facts
 
@@ -456,7 +276,8 @@ class LogSegment:
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
         end = self.size if end is None else end
-        if position + 17 > end:  # before touching the file: an empty reader's .log may not exist
+        # before touching the file: an empty reader's .log may not exist
+        if position + HEADER_SIZE_UP_TO_MAGIC > end:
             return None
         return pread_header(self._fd, position, end, self.log_path)
 
@@ -485,11 +306,11 @@ class LogSegment:
         if upper is not None:
             # One read when the next indexed batch already holds the offset (always so when batches
             # are larger than index.interval.bytes): the entry vouches for its offsets.
-            header = self._header_or_none(upper[1], end)
+            header = self._header_or_none(upper.position, end)
             if (
                 header is not None
                 and header.magic >= 2
-                and header.last_offset == upper[0]
+                and header.last_offset == upper.offset
                 and header.base_offset <= offset
             ):
                 return header
@@ -524,197 +345,15 @@ class LogSegment:
         except CorruptRecordError:
             return None
 
-    def _find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None:
-        """``find_batch`` by surveying the .log around the offset, every batch CRC-checked."""
-        entries = _Entries(*self.offset_index.to_arrays()) if use_index else _Entries.none()
-        slot = entries.slot_at_or_before(offset) - 1  # start one entry early: its batch is a witness
-        start = entries.position(slot) if slot >= 0 else 0
-        items, index_disagrees = self._survey(start, offset, entries)
-        if index_disagrees and use_index:
-            self.index_contradicted(f"{self.index_path}: an entry contradicts the batches at offset {offset}")
-            return self._find_batch_careful(offset, use_index=False)
-        damage: Damage | None = None
-        for item in items:
-            if isinstance(item, Damage):
-                damage = damage or item
-                continue
-            if item.last_offset >= offset:
-                if item.magic >= 2 and item.base_offset > offset and damage is not None:
-                    break
-                return item
-            damage = None
-        if damage is None:
-            return None
-        raise CorruptRecordError(f"damaged batch ({damage.reason})", self.log_path, damage.position)
-
-    def _survey(
-        self, start: int, stop_offset: int, entries: _Entries
-    ) -> tuple[list[BatchHeader | Damage], bool]:
-        """The intact batches and damaged stretches of the .log from ``start`` (a batch boundary), in
-        file order, to the first index entry after the batch holding ``stop_offset`` and one more item
-        (or a few batches further when there is none). Every batch is CRC-checked, then checked against
-        its neighbours' offsets: a batch is trusted when an index entry names its last offset, when it
-        is the first batch and starts at the segment's base offset, or when its offsets continue a
-        trusted neighbour's; an untrusted batch that overlaps a neighbour or contradicts an index
-        entry is damage (a changed baseOffset passes the CRC). Also returns whether the index
-        contradicts trusted batches (then it is the index that is wrong)."""
+    def iter_headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Batch headers from ``position`` on, one small read each (no batch body is read)."""
         end = self.size
-        items: list[BatchHeader | Damage] = []
-        position, past = start, -1
-        while position < end and past <= 16:
-            header, reason = self._intact_batch_at(position, end)
-            if header is None:
-                resumed = self._resync(position + 1, end)
-                items.append(Damage(position, resumed, reason))
-                position = resumed
-            else:
-                items.append(header)
-                position = header.end_position
-                if past < 0 and header.last_offset >= stop_offset:
-                    past = 0
-            if past >= 0:
-                past += 1
-                if past >= 2 and header is not None and entries.at(header.position) is not None:
-                    break  # a batch an index entry vouches for: the neighbours' trust is settled
-        return self._label(items, entries)
-
-    def _intact_batch_at(self, position: int, end: int) -> tuple[BatchHeader | None, str]:
-        """(header, "") for a whole, CRC-valid batch at ``position``; else (None, what is wrong)."""
-        try:
+        while True:
             header = self.read_header(position, end)
-        except CorruptRecordError as exc:
-            return None, str(exc).split(" in ", 1)[0]
-        if header is None:
-            return None, "a batch runs past the end of the segment"
-        try:
-            validate_batch(os.pread(self._fd, header.size, position), header.at(0), path=self.log_path)
-        except CorruptRecordError as exc:
-            return None, str(exc).split(" in ", 1)[0]
-        return header, ""
-
-    def _resync(self, position: int, end: int) -> int:
-        """The position of the next intact v2 batch at or after ``position`` (``end`` when none):
-        a header that parses, a CRC that matches, and a successor that is intact too."""
-        while position < end:
-            chunk = os.pread(self._fd, min(_READ_CHUNK, end - position), position)
-            magic = np.frombuffer(chunk, dtype=np.uint8)[16:]
-            for candidate in np.flatnonzero(magic == 2).tolist():
-                if self._plausible_batch_at(position + candidate, end):
-                    return position + candidate
-            position += max(len(chunk) - 16, 1)
-        return end
-
-    def _plausible_batch_at(self, position: int, end: int) -> bool:
-        header, _ = self._intact_batch_at(position, end)
-        if header is None or header.magic < 2 or header.base_offset < self.base_offset:
-            return False
-        if header.end_position >= end:
-            return True
-        successor, _ = self._intact_batch_at(header.end_position, end)
-        return successor is not None
-
-    def _label(
-        self, items: list[BatchHeader | Damage], entries: _Entries
-    ) -> tuple[list[BatchHeader | Damage], bool]:
-        """Turn batches whose offsets cannot be trusted and contradict their neighbours into Damage;
-        also say whether an index entry contradicts a trusted batch."""
-        n = len(items)
-        batch = [item if isinstance(item, BatchHeader) else None for item in items]
-        trusted = [
-            h is not None
-            and h.magic >= 2
-            and (
-                entries.at(h.position) == h.last_offset
-                or (h.position == 0 and h.base_offset == self.base_offset)
-                or (h.end_position == self.size and h.last_offset + 1 == self.offset_limit)
-            )
-            for h in batch
-        ]
-        # A batch beyond a damaged one whose header links it to the batch before (``_bridges``).
-        bridged = [
-            i >= 2
-            and h is not None
-            and batch[i - 1] is None
-            and batch[i - 2] is not None
-            and self._bridges(batch[i - 2], items[i - 1].position, h)
-            for i, h in enumerate(batch)
-        ]
-        for i in range(1, n):
-            trusted[i] = trusted[i] or (trusted[i - 1] and _follows(batch[i - 1], batch[i]))
-            trusted[i] = trusted[i] or (bridged[i] and trusted[i - 2])
-        for i in range(n - 2, -1, -1):
-            trusted[i] = trusted[i] or (trusted[i + 1] and _follows(batch[i], batch[i + 1]))
-            trusted[i] = trusted[i] or (i + 2 < n and bridged[i + 2] and trusted[i + 2])
-        index_disagrees = False
-        for h, ok in zip(batch, trusted, strict=True):
-            if h is not None and ok:
-                witness = entries.at(h.position)
-                if (witness is not None and witness < h.last_offset) or entries.inside(
-                    h.position + 1, h.end_position
-                ):
-                    index_disagrees = True
-        # Untrusted batches weigh each other by whether they continue a neighbour's offsets: of two
-        # that overlap, the one in a contiguous run is believed.
-        support = [
-            2
-            if trusted[i]
-            else int(_follows(batch[i - 1] if i else None, h) or (i + 1 < n and _follows(h, batch[i + 1])))
-            for i, h in enumerate(batch)
-        ]
-        labelled: list[BatchHeader | Damage] = []
-        for i, h in enumerate(batch):
-            if h is None or trusted[i]:
-                labelled.append(items[i])
-                continue
-            j = next((k for k in range(i - 1, -1, -1) if batch[k] is not None), None)
-            previous = batch[j] if j is not None and support[j] >= support[i] else None
-            following = batch[i + 1] if i + 1 < n and support[i + 1] >= support[i] else None
-            reason = self._offsets_contradicted(h, previous, following, entries.at(h.position))
-            beside_damage = (i > 0 and batch[i - 1] is None) or (i + 1 < n and batch[i + 1] is None)
-            if not reason and support[i] == 0 and beside_damage:
-                # Next to damage, continuing neither neighbour: its baseOffset may be damaged too.
-                reason = f"offsets {h.base_offset}..{h.last_offset} continue no neighbour's, beside damage"
-            labelled.append(Damage(h.position, h.end_position, reason) if reason else h)
-        return labelled, index_disagrees
-
-    def _offsets_contradicted(
-        self, h: BatchHeader, prev: BatchHeader | None, nxt: BatchHeader | None, witness: int | None
-    ) -> str:
-        """Why an untrusted batch's offsets cannot be right ("" when nothing contradicts them)."""
-        first = h.base_offset if h.magic >= 2 else h.last_offset
-        if first < self.base_offset:
-            return f"baseOffset {first} is below the segment's base offset {self.base_offset}"
-        if h.last_offset - self.base_offset > 2**31 - 1:
-            return f"offset {h.last_offset} is too far from the segment's base offset {self.base_offset}"
-        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
-            return f"offset {h.last_offset} is in the next segment (from {self.offset_limit})"
-        if prev is not None and first <= prev.last_offset:
-            return f"offsets {first}..{h.last_offset} overlap the previous batch's (up to {prev.last_offset})"
-        if nxt is not None and nxt.magic >= 2 and h.last_offset >= nxt.base_offset:
-            return f"offsets {first}..{h.last_offset} overlap the next batch's (from {nxt.base_offset})"
-        if witness is not None and (
-            h.last_offset > witness or (nxt is not None and nxt.magic >= 2 and nxt.base_offset > witness)
-        ):
-            return f"offsets {first}..{h.last_offset} contradict the index entry for offset {witness}"
-        return ""
-
-    def iter_intact_headers(self, position: int = 0) -> Iterator[BatchHeader]:
-        """Batch headers from ``position`` on (headers only while offsets run on), past damage: where
-        the walk meets an unreadable header or a break in the offsets and the batch before fails its
-        CRC (its length may be what is damaged), it resynchronises on the next intact batch."""
-        end = self.size
-        previous: BatchHeader | None = None
-        while position < end:
-            header = self._header_or_none(position, end)
-            if header is None or (previous is not None and not _follows(previous, header)):
-                if previous is not None and self._intact_batch_at(previous.position, end)[0] is None:
-                    position, previous = self._resync(previous.position + 1, end), None
-                    continue
-                if header is None:
-                    position, previous = self._resync(position + 1, end), None
-                    continue
+            if header is None:
+                return
             yield header
-            previous, position = header, header.end_position
+            position += header.size
 
     def iter_batches(
         self,
@@ -755,22 +394,7 @@ class LogSegment:
                 return
         except CorruptRecordError:
             pass
-        # Survey from the last batch that carried on (a witness for the offsets after it).
-        survey_from = suspect = start_position
-        if previous is not None:
-            survey_from, suspect = previous.position, previous.end_position
-        items, _ = self._survey(survey_from, 2**62, _Entries.none())
-        for item in items:
-            if item.position < suspect:
-                continue
-            if isinstance(item, Damage):
-                if item.position >= end:
-                    return
-                on_damage(item)
-                continue
-            if item.end_position > end:
-                return
-            yield item, os.pread(fd, item.size, item.position)
+        yield from self._batches_past_damage(fd, start_position, end, previous, on_damage)
 
     def _walk_batches(
         self, fd: int, position: int, end: int, *, tail_is_damage: bool
@@ -800,192 +424,6 @@ class LogSegment:
                 consumed = header.size
             position += consumed
 
-    def _continues(self, previous: BatchHeader | None, header: BatchHeader, data: bytes) -> bool:
-        """Whether ``header``'s batch is intact (its CRC) and its offsets carry on from ``previous``
-        (or start the segment); anything else is for the careful survey to judge."""
-        try:
-            validate_batch(data, header.at(0))
-        except CorruptRecordError:
-            return False
-        if previous is None:
-            return header.position != 0 or header.magic < 2 or header.base_offset == self.base_offset
-        if header.magic < 2:
-            return header.last_offset > previous.last_offset
-        return _follows(previous, header)
-
-    # ------------------------------------------------------------------ recovery
-
-    def recover(self, *, cut_torn_tail: bool = True) -> int:
-        """Rebuild both indexes from the intact batches of the .log (every batch CRC-checked); with
-        ``cut_torn_tail`` (the active segment) cut its torn tail. Returns the number of bytes cut.
-
-        Only a torn tail is cut: damage with no intact batch after it, or a last batch whose offsets do
-        not continue its predecessor's. Kafka's LogSegment.recover cuts at the first bad batch; here
-        damage followed by intact batches stays in place, unindexed, and its offsets are EIO through
-        the survey sealed segments use (it may be all that is left of those records, and the intact
-        batches after it are the only copy of theirs).
-        """
-        self._indexes_checked = True  # rebuilt below: opening them need not check them first
-        self._reset_indexes_for_rebuild()
-        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
-        self._rolling_based_timestamp = None
-        valid = kept = last_indexed = 0
-        for header in self._recovered_batches(check_last=cut_torn_tail):
-            last_indexed = self._index_rebuilt_batch(header, last_indexed)
-            valid, kept = header.end_position, kept + header.size
-        truncated = self.size - valid if cut_torn_tail else 0
-        if truncated:
-            os.ftruncate(self._fd, valid)
-            self.size = valid
-        if kept < self.size:
-            log.warning("%s: kept %d damaged bytes in place (not cut: intact data follows); their records "
-                        "are unreadable", self.log_path, self.size - kept)
-        self._finish_rebuilt_indexes(last_indexed)
-        return truncated
-
-    def intact_end(self) -> tuple[int, int]:
-        """(next offset, end position) of the last intact batch: the log end offset and where the
-        segment's data ends (what lies past it is a torn tail). Quick when the tail is sound: the
-        headers from the last offset-index entry but one on (so that the last batch's predecessor is
-        walked too, to vouch for its offsets), and the last batch's CRC checked; otherwise every batch
-        from the start, past damage, as :meth:`recover` keeps them."""
-        entries = self.offset_index.entries
-        start = self.offset_index.entry(entries - 2)[1] if entries >= 2 else 0
-        before = last = None
-        position = start
-        try:
-            for header in self.iter_headers(start):
-                before, last, position = last, header, header.end_position
-        except CorruptRecordError:
-            position = -1
-        if position == self.size:
-            if last is None:
-                return self.base_offset, 0
-            if self._intact_batch_at(last.position, self.size)[0] is not None and self._continues_offsets(
-                before, last
-            ):
-                return last.next_offset, position
-        last = None
-        for last in self._recovered_batches():  # noqa: B007
-            pass
-        return (last.next_offset, last.end_position) if last is not None else (self.base_offset, 0)
-
-    def _recovered_batches(self, *, check_last: bool = True) -> Iterator[BatchHeader]:
-        """The intact batches recovery keeps, in order: CRC-valid, offsets fitting their neighbours',
-        damage skipped; with ``check_last`` (the active segment, whose offsets run on without gaps) the
-        last one only when its offsets continue its predecessor's, as nothing after it can vouch for
-        them. A chunked walk while batches follow each other, then the careful one."""
-        previous: BatchHeader | None = None
-        position = 0
-        try:
-            for header, data in self.iter_batches(0, sealed=False):
-                if not self._continues(previous, header, data):
-                    break
-                previous, position = header, header.end_position
-                yield header
-        except CorruptRecordError:
-            pass
-        before, last = None, previous
-        if position < self.size:
-            for header in self._accepted_batches(position, previous):
-                if last is not None and last is not previous:
-                    yield last
-                before, last = last, header
-            if last is not None and last is not previous and (
-                not check_last or self._continues_offsets(before, last)
-            ):
-                yield last
-
-    def _continues_offsets(self, before: BatchHeader | None, last: BatchHeader) -> bool:
-        """Whether the offsets of the active segment's last intact batch can be believed: it continues
-        the batch right before it in the file (at position 0: the segment's base offset). After damage
-        nothing can tell (the damaged stretch may hold the offsets between)."""
-        if last.magic < 2:
-            return True
-        if before is not None and before.end_position == last.position:
-            return _follows(before, last)
-        return last.position != 0 or last.base_offset == self.base_offset
-
-    def _index_rebuilt_batch(self, header: BatchHeader, last_indexed: int) -> int:
-        """Kafka's per-batch index rule during a rebuild (``recover``, ``rebuild_indexes``): track the
-        max timestamp, add entries for a batch starting more than index.interval.bytes after the last
-        indexed one. Returns the position of the last indexed batch."""
-        if header.max_timestamp > self._max_timestamp:
-            self._max_timestamp, self._offset_of_max_timestamp = header.max_timestamp, header.last_offset
-        if header.position - last_indexed > self.index_interval_bytes and not self.offset_index.is_full():
-            # A full index only makes lookups scan further; it must not stop a recovery.
-            self.offset_index.append(header.last_offset, header.position)
-            if not self.time_index.is_full():
-                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-            return header.position
-        return last_indexed
-
-    def _finish_rebuilt_indexes(self, last_indexed: int) -> None:
-        """After a rebuild: the final time entry (the segment's max timestamp), trimmed indexes."""
-        self._bytes_since_last_index_entry = self.size - last_indexed
-        if self._max_timestamp >= 0 and self.time_index.entries < self.time_index.max_entries:
-            self.time_index.maybe_append(
-                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
-            )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
-        self._indexes_checked = True
-        self.needs_index_rebuild = False
-
-    def _reset_indexes_for_rebuild(self) -> None:
-        """Empty both indexes before a rebuild (``recover``, ``rebuild_indexes``), sized for what this
-        .log can need, not the preallocated maximum: a rebuild on a nearly full disk (a restart after
-        a crash) must not ask for megabytes it will trim right away."""
-        entries = self._rebuilt_index_entries()
-        time_entries = min(entries + 1, self.max_index_size // TimeIndex.ENTRY_SIZE)  # + the final one
-        self._reset_for_rebuild(self.offset_index, entries)
-        self._reset_for_rebuild(self.time_index, time_entries)
-
-    def _reset_for_rebuild(self, index: OffsetIndex | TimeIndex, entries: int) -> None:
-        """Empty ``index`` with room for ``entries``. On a disk too full for even that, it is left
-        empty: valid, lookups then scan the .log, and it is rebuilt when it is next found wanting."""
-        try:
-            index.reset(entries * index.ENTRY_SIZE)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            log.warning("no room to rebuild %s (%s): left empty, lookups scan %s",
-                        index.path, exc.strerror, self.log_path.name)
-            index.reset(0)
-
-    def _rebuilt_index_entries(self) -> int:
-        """The most offset-index entries ``recover`` can write: one per batch starting more than
-        ``index.interval.bytes`` after the previous entry (the first after position 0), so entry k
-        starts at or after k * (interval + 1). Capped by the offset index's maximum size."""
-        possible = max(self.size - 1, 0) // (self.index_interval_bytes + 1)
-        return min(possible, self.max_index_size // OffsetIndex.ENTRY_SIZE)
-
-    def read_next_offset(self) -> int:
-        """The offset after the last batch: scan from the last offset-index entry to the end."""
-        position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
-        next_offset = self.base_offset
-        for header in self.iter_headers(position):
-            next_offset = header.next_offset
-        return next_offset
-
-    def iter_headers(self, position: int = 0) -> Iterator[BatchHeader]:
-        """Batch headers from ``position`` on, one small read each (no batch body is read)."""
-        end = self.size
-        while True:
-            header = self.read_header(position, end)
-            if header is None:
-                return
-            yield header
-            position += header.size
-
-    def last_intact_batch(self) -> BatchHeader | None:
-        """The last batch whose header reads, found past any damage (None when there is none)."""
-        position = self.offset_index.lookup(2**62)[1] if self.offset_index.entries else 0
-        last = None
-        for last in self.iter_intact_headers(position):  # noqa: B007
-            pass
-        return last
-
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
@@ -1001,9 +439,10 @@ class LogSegment:
         if self.writable and trim:
             self.on_become_inactive()
         self.release_indexes()
-        if self._fd_value >= 0:
-            os.close(self._fd_value)
-            self._fd_value = -1
+        with self._lock:  # a reader duplicating the descriptor (open_reader_fd) sees it open or closed
+            if self._fd_value >= 0:
+                os.close(self._fd_value)
+                self._fd_value = -1
 
     def rename_suffix(self, suffix: str) -> list[Path]:
         """Append ``suffix`` (``.deleted``) to every file of the segment; returns the new paths.
@@ -1023,7 +462,7 @@ class LogSegment:
                 path = getattr(self, name)
                 target = path.with_name(path.name + suffix)
                 if path.exists():
-                    if isinstance(index, (OffsetIndex, TimeIndex)):
+                    if isinstance(index, AbstractIndex):
                         index.rename_to(target)  # an open index follows its file
                     else:
                         os.replace(path, target)
@@ -1038,7 +477,7 @@ class LogSegment:
 def pread_header(fd: int, position: int, end: int, path: Path) -> BatchHeader | None:
     """The header of the batch at ``position`` of an open .log, or None when no complete batch
     ends by ``end`` (a torn tail). One small read: the batch body is not touched."""
-    if position + 17 > end:
+    if position + HEADER_SIZE_UP_TO_MAGIC > end:
         return None
     head = os.pread(fd, V2_HEADER_SIZE, position)
     # Parse just the header; whether the whole batch fits is checked against ``end`` below.
@@ -1069,87 +508,3 @@ def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:
     if segment_jitter_ms <= 0:
         return 0
     return random.randrange(min(segment_jitter_ms, segment_ms))
-
-
-class _Suspect(Exception):
-    """Internal: the header walk met something only a CRC-checked survey can judge."""
-
-
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """Bytes [position, end) of a .log that hold no intact batch, and what is wrong there."""
-
-    position: int
-    end: int
-    reason: str
-
-
-class _Entries:
-    """An offset index's entries in use, for surveys: which entry sits at a position, and where."""
-
-    def __init__(self, offsets: np.ndarray, positions: np.ndarray):
-        self._offsets, self._positions = offsets, positions
-
-    @classmethod
-    def none(cls) -> _Entries:
-        """No entries: a survey with no index to vouch for anything."""
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-    def slot_at_or_before(self, offset: int) -> int:
-        """The slot of the last entry whose offset is <= ``offset`` (-1 when none)."""
-        return int(np.searchsorted(self._offsets, offset, side="right")) - 1
-
-    def position(self, slot: int) -> int:
-        return int(self._positions[slot])
-
-    def at(self, position: int) -> int | None:
-        """The offset of the entry at ``position``, or None."""
-        slot = int(np.searchsorted(self._positions, position))
-        if slot < len(self._positions) and int(self._positions[slot]) == position:
-            return int(self._offsets[slot])
-        return None
-
-    def inside(self, lo: int, hi: int) -> bool:
-        """Whether an entry points into [lo, hi)."""
-        slot = int(np.searchsorted(self._positions, lo))
-        return slot < len(self._positions) and int(self._positions[slot]) < hi
-
-
-def _follows(a: BatchHeader | None, b: BatchHeader | None) -> bool:
-    """True when v2 batch ``b`` starts right after ``a`` ends (offsets with no gap)."""
-    return a is not None and b is not None and b.magic >= 2 and b.base_offset == a.last_offset + 1
-
-
-class _EmptyIndex:
-    """A missing or corrupt index when reading only: every lookup falls back to a scan from the start."""
-
-    entries = 0
-
-    def __init__(self, is_offset_index: bool, base_offset: int):
-        self._is_offset_index = is_offset_index
-        self.base_offset = base_offset
-
-    def lookup(self, target: int) -> tuple[int, int]:
-        return (self.base_offset, 0) if self._is_offset_index else (-1, self.base_offset)
-
-    def lookup_bounds(self, target: int) -> tuple[tuple[int, int], None]:
-        return (self.base_offset, 0), None
-
-    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-
-    @property
-    def last_entry(self) -> tuple[int, int]:
-        return -1, self.base_offset
-
-    def is_full(self) -> bool:
-        return False
-
-    def sanity_check(self) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -27,21 +27,22 @@ again (so ``tail -n`` finds every line before the end, as in a file that never h
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
-from seglogfs.log_files import DELETED_SUFFIX
 from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header
 from seglogfs.segment import Damage, LogSegment
+
+if TYPE_CHECKING:
+    from seglogfs.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class _Gone(Exception):
     """A dropped segment's file disappeared while it was being read (it is now part of the hole)."""
 
 
-def batch_values(buf: Any, header: BatchHeader, path: str | None = None) -> bytes:
+def batch_values(buf: bytes, header: BatchHeader, path: str | None = None) -> bytes:
     """The values of one batch's user records, each followed by a newline (``buf`` holds the batch)."""
     cols = decode_batch_columns(buf, header, path=path)
     n = len(cols)
@@ -98,7 +99,7 @@ def batch_values(buf: Any, header: BatchHeader, path: str | None = None) -> byte
     return data[index].tobytes()
 
 
-def batch_value_bytes(buf: Any, header: BatchHeader, path: str | None = None) -> int:
+def batch_value_bytes(buf: bytes, header: BatchHeader, path: str | None = None) -> int:
     """How many stream bytes one batch contributes."""
     cols = decode_batch_columns(buf, header, path=path)
     return int(np.maximum(cols.value_lengths, 0).sum()) + len(cols)
@@ -107,7 +108,7 @@ def batch_value_bytes(buf: Any, header: BatchHeader, path: str | None = None) ->
 class ValueStream:
     """The ``records`` file of ``log``: :meth:`size`, and reads by stable byte position."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: Log) -> None:
         self.log = log
         self._lock = threading.RLock()
         self._hole = 0  # stream bytes of segments retention deleted and that can no longer be read
@@ -120,17 +121,15 @@ class ValueStream:
 
     # ------------------------------------------------------------------ scanning
     def _open(self, seg: _Segment) -> int:
-        """A descriptor of ``seg``'s .log, the stream's own: the segment's may be closed (and its number
-        reused) when retention purges the files, while the stream still reads them. _Gone when the
-        files are gone."""
-        path = str(seg.segment.log_path)
-        for candidate in (path, path if path.endswith(DELETED_SUFFIX) else path + DELETED_SUFFIX):
-            try:
-                return os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # renamed .deleted meanwhile
-        self._raise_if_gone(seg)
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        """A descriptor of ``seg``'s .log, the stream's own (``LogSegment.open_reader_fd``): the
+        segment's may be closed (and its number reused) when retention purges the files, while the
+        stream still reads them; a segment retention renamed ``.deleted`` reads the renamed file.
+        _Gone when the files are gone."""
+        try:
+            return seg.segment.open_reader_fd()
+        except FileNotFoundError:
+            self._raise_if_gone(seg)
+            raise
 
     def _scan(self, seg: _Segment, *, report: bool = True) -> None:
         """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now. A damaged

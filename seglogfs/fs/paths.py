@@ -1,6 +1,6 @@
 """Path parsing for the mount: every path the kernel hands us becomes one :class:`Node`.
 
-This is the only place that knows the layout of section 2 of DESIGN.md; the operations dispatch on
+This is the only place that knows the layout of docs/mount.md section 1; the operations dispatch on
 ``Node.kind`` and never split paths themselves.
 """
 

@@ -8,7 +8,7 @@
 
 ``export`` writes the records of a log, a set of logs or a time range to Parquet, in the ``seglog``
 schema (key, value, topic, partition, offset, timestamp, timestampType[, headers]), partitioned by
-``topic`` and ``partition``. ``verify`` runs the engine's verifier (:mod:`seglogfs.verify`: every
+``topic`` and ``partition``. ``verify`` runs the engine's verifier (:mod:`seglogfs.verifier`: every
 batch CRC, every record, every ``.index`` / ``.timeindex`` entry) over many logs in parallel (one
 task per log), prints a summary table per log and every problem with its file and byte position,
 and exits 1 when anything is wrong.
@@ -28,13 +28,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from seglogfs.verifier import VerifyReport
 
 # ------------------------------------------------------------------------------------ log checks
 
 
 @dataclass
 class LogReport:
-    """What ``verify`` found in one log, or in one segment of it (the engine's ``seglogfs.verify``)."""
+    """What ``verify`` found in one log, or in one segment of it (the engine's ``seglogfs.verifier``)."""
 
     log: str
     path: str  # the log dir, or the segment file
@@ -47,8 +53,8 @@ class LogReport:
     problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, log: str, path: str | Path, report) -> LogReport:
-        """From a ``seglogfs.verify.VerifyReport``."""
+    def of(cls, log: str, path: str | Path, report: VerifyReport) -> LogReport:
+        """From the verifier's report."""
         return cls(
             log,
             str(path),
@@ -62,10 +68,10 @@ class LogReport:
         )
 
 
-def verify_log(paths: Sequence[str]) -> dict:
+def verify_log(paths: Sequence[str]) -> dict[str, Any]:
     """A Spark task: the engine verifier over one log (its dir, or some of its segment files), with
     every record decoded; the LogReport as a dict."""
-    from seglogfs.verify import verify_paths
+    from seglogfs.verifier import verify_paths
 
     first = Path(paths[0])
     log_dir = first if first.is_dir() else first.parent
@@ -73,34 +79,10 @@ def verify_log(paths: Sequence[str]) -> dict:
     return asdict(LogReport.of(log_dir.name, log_dir, report))
 
 
-def verify_segment(log_path: str) -> LogReport:
-    """The engine verifier over one ``.log`` file (with its indexes), records decoded."""
-    from seglogfs.verify import Problem, VerifyReport, find_segments
-    from seglogfs.verify import verify_segment as check
-
-    path = Path(log_path)
-    report = VerifyReport()
-    groups, _ = find_segments([path.parent])
-    active = groups[0][-1] if groups and groups[0] else path
-    try:
-        check(path, active=path == active, report=report, decode_records=True)
-    except OSError as exc:
-        report.problems.append(Problem(path, None, f"cannot read: {exc}"))
-    return LogReport.of(path.parent.name, path, report)
-
-
-def segment_files(paths: Sequence[str]) -> list[str]:
-    """Every ``.log`` segment under the given data dirs, log dirs or segment files."""
-    from seglogfs.verify import find_segments
-
-    groups, _ = find_segments(paths)
-    return [str(p) for group in groups for p in group]
-
-
 # ------------------------------------------------------------------------------------ Spark plumbing
 
 
-def make_session(master: str, app: str):
+def make_session(master: str, app: str) -> tuple[SparkSession, bool]:
     """(SparkSession on ``master`` with ``seglog`` registered, whether we created it and must stop it).
 
     An already active session (a notebook, the test suite) is reused and left running.
@@ -126,10 +108,10 @@ def make_session(master: str, app: str):
     return spark, True
 
 
-class Progress:
+class StageProgress:
     """Prints ``[job] stage S: done/total tasks`` to stderr whenever it changes (a daemon thread)."""
 
-    def __init__(self, spark, label: str, interval: float = 0.5) -> None:
+    def __init__(self, spark: SparkSession, label: str, interval: float = 0.5) -> None:
         self.tracker = spark.sparkContext.statusTracker()
         self.label = label
         self.interval = interval
@@ -137,7 +119,7 @@ class Progress:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._last: dict[int, tuple[int, int]] = {}
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> StageProgress:
         self._thread.start()
         return self
 
@@ -193,7 +175,7 @@ def run_export(args: argparse.Namespace) -> int:
             reader = reader.option("includeHeaders", "true")
         started = time.monotonic()
         df = reader.load(args.path)
-        with Progress(spark, "export"):
+        with StageProgress(spark, "export"):
             df.write.mode(args.mode).partitionBy("topic", "partition").parquet(args.output)
         rows = spark.read.parquet(args.output).count()
         print(f"exported to {args.output}: {rows} records in parquet, {time.monotonic() - started:.1f} s")
@@ -251,7 +233,7 @@ def summarise(reports: list[LogReport]) -> tuple[str, int]:
 
 def run_verify(args: argparse.Namespace) -> int:
     """One Spark task per log, each running the engine verifier; summary table; exit 1 on any problem."""
-    from seglogfs.verify import find_segments
+    from seglogfs.verifier import find_segments
 
     for raw in args.paths:
         if not Path(raw).exists():
@@ -265,7 +247,7 @@ def run_verify(args: argparse.Namespace) -> int:
         sc = spark.sparkContext
         work = [[str(p) for p in group] for group in groups]
         slices = args.parallelism or min(len(work), max(sc.defaultParallelism * 4, 1))
-        with Progress(spark, "verify"):
+        with StageProgress(spark, "verify"):
             reports = sc.parallelize(work, slices).map(verify_log).collect()
     finally:
         if owned:

@@ -33,13 +33,6 @@ class OptionError(ValueError):
     """An option value the source cannot accept; the message names the option."""
 
 
-def split_log_name(name: str) -> tuple[str, int]:
-    """(topic, partition) of a log directory name, as Kafka names topic-partition directories."""
-    from seglogfs.log_files import parse_log_dir_name
-
-    return parse_log_dir_name(name)
-
-
 def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     """A boolean option (true/false, 1/0, yes/no, on/off)."""
     raw = options.get(key)

@@ -18,7 +18,6 @@ Tasks carry picklable snapshots (:class:`~.scan.SegmentSlice`), never a ``Log``.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -26,18 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from seglogfs.checkpoint import CorruptCheckpointError, read_offset_checkpoint
-from seglogfs.errors import CorruptRecordError, InvalidLogNameError, TimestampNotFoundError
+from seglogfs.checkpoint import read_offset_checkpoint_or_empty
+from seglogfs.errors import CorruptRecordError, TimestampNotFoundError
 from seglogfs.log import Log
-from seglogfs.log_files import is_kafka_special_dir, parse_log_dir_name
+from seglogfs.log_files import LOG_START_OFFSET_CHECKPOINT, find_log_dirs, parse_log_dir_name
 from seglogfs.segment import LogSegment
 
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions, parse_offsets
 from .scan import SegmentSlice, report_data_loss
 
 log = logging.getLogger("seglogfs.spark")
-
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -80,31 +77,9 @@ class LogRef:
 # ------------------------------------------------------------------------------------- discovery
 
 
-def _is_log_dir(path: Path) -> bool:
-    return any(path.glob("*.log")) or any(path.glob("*.log.deleted"))
-
-
-def find_log_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """The log directories under ``path``: itself when it is a log dir, else its log subdirectories."""
-    root = Path(path)
-    if not root.is_dir():
-        raise FileNotFoundError(f"seglog path {root} is not a directory")
-    if _is_log_dir(root):
-        return [root]
-    found = []
-    for child in sorted(root.iterdir()):
-        if not child.is_dir() or child.name.startswith(".") or is_kafka_special_dir(child.name):
-            continue
-        try:
-            parse_log_dir_name(child.name)
-        except InvalidLogNameError:
-            continue
-        found.append(child)
-    return found
-
-
 def select_log_dirs(path: str, opts: ReadOptions) -> list[Path]:
-    """The log dirs to read, narrowed by the ``logs`` / ``topics`` options."""
+    """The log dirs to read (the engine's :func:`find_log_dirs`), narrowed by the ``logs`` / ``topics``
+    options."""
     dirs = find_log_dirs(path)
     if opts.logs is not None:
         by_name = {d.name: d for d in dirs}
@@ -126,16 +101,6 @@ def log_names_by_topic(dirs: Sequence[Path]) -> dict[tuple[str, int], str]:
 # ------------------------------------------------------------------------------------ opening
 
 
-def _log_start_checkpoint(data_dir: Path) -> dict[tuple[str, int], int]:
-    """The data dir's log start offsets; a missing or corrupt file counts as empty (as LogManager)."""
-    path = data_dir / LOG_START_CHECKPOINT
-    try:
-        return read_offset_checkpoint(path) if path.exists() else {}
-    except (CorruptCheckpointError, OSError) as exc:
-        log.warning("ignoring %s: %s", path, exc)
-        return {}
-
-
 @contextmanager
 def open_logs(dirs: Sequence[Path]) -> Iterator[list[Log]]:
     """The engine's read-only ``Log`` of each dir (start offsets from the data dir's checkpoint),
@@ -146,7 +111,9 @@ def open_logs(dirs: Sequence[Path]) -> Iterator[list[Log]]:
         for d in dirs:
             parent = Path(d).parent
             if parent not in checkpoints:
-                checkpoints[parent] = _log_start_checkpoint(parent)
+                checkpoints[parent] = read_offset_checkpoint_or_empty(
+                    parent / LOG_START_OFFSET_CHECKPOINT, unreadable_is_empty=True
+                )
             start = checkpoints[parent].get(parse_log_dir_name(Path(d).name), 0)
             logs.append(Log.open(d, read_only=True, log_start_offset=start))
         yield logs

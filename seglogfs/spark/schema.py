@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import (
     ArrayType,
@@ -14,6 +15,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -35,7 +39,7 @@ def spark_schema(include_headers: bool = False) -> StructType:
 
 
 @cache
-def arrow_schema(include_headers: bool = False):  # -> pyarrow.Schema
+def arrow_schema(include_headers: bool = False) -> pa.Schema:
     """The Arrow schema Spark expects yielded batches to have (derived, never written twice)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 

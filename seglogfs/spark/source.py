@@ -27,6 +27,7 @@ Offsets JSON: ``{"<topic>": {"<partition>": n}}`` or ``{"<log name>": n}``; -2 =
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -46,6 +47,9 @@ from pyspark.sql.types import StructType
 from .options import OptionError, ReadOptions, lowered
 from .scan import SegmentSlice, read_slice
 from .schema import spark_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _path(options: dict[str, str]) -> str:
@@ -99,7 +103,7 @@ class SeglogReader(DataSourceReader):
         # Pushed-down offset bounds narrow each log's range before it is cut into tasks.
         return list(plan_batch(_path(self.options), self.options, self.opts, self.offset_bounds).tasks)
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentSlice):
             return iter(())  # Spark turns an empty plan into one InputPartition(None)
         return read_slice(

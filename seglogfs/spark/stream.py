@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -34,6 +35,9 @@ from .planning import (
     split_for_min_partitions,
 )
 from .scan import SegmentSlice, read_slice, report_data_loss
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def rate_limit(start: dict[str, int], latest: dict[str, int], limit: int) -> dict[str, int]:
@@ -152,7 +156,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tasks.extend(slices_for_range(lg, lo, hi))
             return list(split_for_min_partitions(logs, tasks, self.opts.min_partitions))
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentSlice):
             return iter(())
         return read_slice(

@@ -31,11 +31,26 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from seglogfs.log_files import (
+    LOG_LOCK_FILE,
+    RECOVERY_POINT_CHECKPOINT,
+    is_log_dir,
+    parse_log_dir_name,
+    validate_log_name,
+)
+
 from .options import OptionError, parse_int
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from seglogfs.log import Log
+    from seglogfs.records import ProducerRecord
 
 _MOUNT_WRITE_BYTES = 256 * 1024  # one write() = one batch; stays well under max.message.bytes
 _APPEND_CHUNK_BYTES = 512 * 1024
@@ -50,10 +65,6 @@ class SeglogCommitMessage(WriterCommitMessage):
     task_id: str
     staged: list[tuple[str, str]] = field(default_factory=list)  # (log name, Arrow IPC file)
     rows: dict[str, int] = field(default_factory=dict)
-
-
-def _is_log_dir(path: Path) -> bool:
-    return any(path.glob("*.log"))
 
 
 def _log_config_overrides(options: dict[str, str]) -> dict[str, str]:
@@ -73,7 +84,7 @@ class SeglogWriter(DataSourceArrowWriter):
             raise OptionError("the seglog sink needs a 'value' column")
         root = Path(path)
         self.single_log: str | None = None
-        if root.is_dir() and (_is_log_dir(root) or (root / ".seglogfs.lock").exists()):
+        if is_log_dir(root):
             self.data_dir, self.single_log = str(root.parent), root.name
         else:
             self.data_dir = str(root)
@@ -99,9 +110,9 @@ class SeglogWriter(DataSourceArrowWriter):
         if not candidates and self.default_topic:
             candidates = [Path(self.data_dir) / self.default_topic]
         if not self.single_log and Path(self.data_dir).is_dir():
-            candidates += [p for p in Path(self.data_dir).iterdir() if (p / ".seglogfs.lock").exists()]
+            candidates += [p for p in Path(self.data_dir).iterdir() if (p / LOG_LOCK_FILE).exists()]
         for log_dir in candidates:
-            if not (log_dir / ".seglogfs.lock").exists():
+            if not (log_dir / LOG_LOCK_FILE).exists():
                 continue
             try:
                 LogLock(log_dir).acquire().release()
@@ -113,7 +124,7 @@ class SeglogWriter(DataSourceArrowWriter):
 
     # ------------------------------------------------------------------ executor side
 
-    def _log_names(self, batch) -> list[str]:
+    def _log_names(self, batch: pa.RecordBatch) -> list[str]:
         n = batch.num_rows
         if self.single_log is not None:
             return [self.single_log] * n
@@ -128,13 +139,11 @@ class SeglogWriter(DataSourceArrowWriter):
             out.append(topic if part is None else f"{topic}-{part}")
         return out
 
-    def write(self, iterator: Iterator) -> SeglogCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         import pyarrow as pa
 
-        from seglogfs.log_files import validate_log_name
-
         message = SeglogCommitMessage(task_id=uuid.uuid4().hex)
-        sinks: dict[str, object] = {}
+        sinks: dict[str, _StageSink | _MountSink] = {}
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -150,14 +159,14 @@ class SeglogWriter(DataSourceArrowWriter):
                     sink = sinks.get(name)
                     if sink is None:
                         sink = sinks[name] = self._open_sink(name, message)
-                    sink.write(part)  # type: ignore[attr-defined]
+                    sink.write(part)
                     message.rows[name] = message.rows.get(name, 0) + part.num_rows
         finally:
             for sink in sinks.values():
-                sink.close()  # type: ignore[attr-defined]
+                sink.close()
         return message
 
-    def _open_sink(self, name: str, message: SeglogCommitMessage):
+    def _open_sink(self, name: str, message: SeglogCommitMessage) -> _StageSink | _MountSink:
         if self.mount is not None:
             return _MountSink(Path(self.mount), name, self.mount_write_bytes or _MOUNT_WRITE_BYTES)
         directory = Path(self.staging) / self.job_id
@@ -191,17 +200,14 @@ class SeglogWriter(DataSourceArrowWriter):
 
         config = LogConfig.from_mapping(self.config_overrides) if self.config_overrides else None
         if self.single_log is not None:
-            from seglogfs.checkpoint import read_offset_checkpoint
+            from seglogfs.checkpoint import read_offset_checkpoint_or_empty
             from seglogfs.log import Log
-            from seglogfs.log_files import parse_log_dir_name
 
             # A log dir on its own: recover only past the data dir's recovery point, if it has one.
-            checkpoint = Path(self.data_dir) / "recovery-point-offset-checkpoint"
-            recovery_point = 0
-            if checkpoint.exists():
-                with contextlib.suppress(Exception):
-                    points = read_offset_checkpoint(checkpoint)
-                    recovery_point = points.get(parse_log_dir_name(self.single_log), 0)
+            points = read_offset_checkpoint_or_empty(
+                Path(self.data_dir) / RECOVERY_POINT_CHECKPOINT, unreadable_is_empty=True
+            )
+            recovery_point = points.get(parse_log_dir_name(self.single_log), 0)
             handle = Log.open(Path(self.data_dir) / self.single_log, config, recovery_point=recovery_point)
             try:
                 for path in staged.get(self.single_log, []):
@@ -218,7 +224,7 @@ class SeglogWriter(DataSourceArrowWriter):
                     _append_file(handle, path)
 
 
-def _append_file(handle, path: str) -> None:
+def _append_file(handle: Log, path: str) -> None:
     import pyarrow as pa
 
     with pa.memory_map(path) as source:
@@ -230,7 +236,7 @@ def _append_file(handle, path: str) -> None:
                     handle.append(chunk)
 
 
-def _normalise(batch):
+def _normalise(batch: pa.RecordBatch) -> pa.RecordBatch:
     """value/key as binary, headers values as binary, timestamp as epoch ms int64 (null kept)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -258,7 +264,7 @@ def _normalise(batch):
     return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols.keys()))
 
 
-def _producer_chunks(batch) -> Iterator:
+def _producer_chunks(batch: pa.RecordBatch) -> Iterator[list[bytes] | list[ProducerRecord]]:
     """Append calls for one normalised batch: lists of raw values (fast path) or of ProducerRecords,
     each small enough for one RecordBatch under the default ``max.message.bytes``."""
     from seglogfs.records import ProducerRecord
@@ -299,7 +305,7 @@ class _StageSink:
         self.path = path
         self._writer = None
 
-    def write(self, batch) -> None:
+    def write(self, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
 
         if self._writer is None:
@@ -323,7 +329,7 @@ class _MountSink:
         self.chunk_bytes = chunk_bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
 
-    def write(self, batch) -> None:
+    def write(self, batch: pa.RecordBatch) -> None:
         from seglogfs.jsonl import record_to_jsonl
         from seglogfs.records import ProducerRecord
 

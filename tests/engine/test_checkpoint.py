@@ -14,7 +14,6 @@ from support.testdata import KAFKA_LOG_DIR
 from seglogfs.checkpoint import (
     EMPTY_PRODUCER_SNAPSHOT,
     CorruptCheckpointError,
-    clean_shutdown_marker_exists,
     new_topic_id,
     read_clean_shutdown_marker,
     read_leader_epoch_checkpoint,
@@ -85,7 +84,6 @@ def test_real_partition_metadata(kafka_dir: Path) -> None:
 
 
 def test_real_clean_shutdown_marker(kafka_dir: Path) -> None:
-    assert clean_shutdown_marker_exists(kafka_dir)
     assert read_clean_shutdown_marker(kafka_dir) == 12
 
 
@@ -190,21 +188,18 @@ def test_new_topic_ids_are_kafka_uuids() -> None:
 
 
 def test_clean_shutdown_marker_lifecycle(tmp_path: Path) -> None:
-    assert not clean_shutdown_marker_exists(tmp_path)
     assert read_clean_shutdown_marker(tmp_path) is None
     write_clean_shutdown_marker(tmp_path, 7)
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).read_bytes() == b'{"version":0,"brokerEpoch":7}'
-    assert clean_shutdown_marker_exists(tmp_path)
     assert read_clean_shutdown_marker(tmp_path) == 7
     assert remove_clean_shutdown_marker(tmp_path) is True
     assert remove_clean_shutdown_marker(tmp_path) is False
-    assert not clean_shutdown_marker_exists(tmp_path)
+    assert read_clean_shutdown_marker(tmp_path) is None
 
 
 def test_legacy_empty_clean_shutdown_marker_counts(tmp_path: Path) -> None:
     (tmp_path / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
-    assert clean_shutdown_marker_exists(tmp_path)
-    assert read_clean_shutdown_marker(tmp_path) == -1
+    assert read_clean_shutdown_marker(tmp_path) == -1  # an empty (legacy) marker still counts
 
 
 # --- corrupt files -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """seglogfs.compression against independent codec implementations (kafka-python's kafka.codec,
 python-snappy, lz4.frame, zstandard, the stdlib gzip) and Kafka's framing rules
-(shared/reference/kafka-format.md section 1.1: xerial snappy, LZ4 frame with 64 KiB independent blocks).
+(docs/kafka-format.md section 1.4: xerial snappy, LZ4 frame with 64 KiB independent blocks).
 """
 
 from __future__ import annotations

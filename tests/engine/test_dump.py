@@ -1,5 +1,5 @@
 """``seglogfs dump`` against lines built independently from kafka-python and raw struct parsing,
-formatted per shared/reference/kafka-format.md section 7."""
+formatted per docs/kafka-format.md section 7."""
 
 from __future__ import annotations
 

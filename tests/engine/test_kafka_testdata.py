@@ -1,7 +1,7 @@
 """The engine against a real Kafka 4 (KRaft) data dir: shared/testdata/kafka-4-kraft-logdir.
 
 kafka-python's ``kafka.record`` is the independent parser; the broker's own ``.index`` / ``.timeindex``
-files are the expected output of an index rebuild (shared/reference/kafka-format.md sections 2, 3, 9).
+files are the expected output of an index rebuild (docs/kafka-format.md sections 2, 3, 9).
 The shared folder is never opened for writing: every test works on a copy in tmp_path.
 """
 

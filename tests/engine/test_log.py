@@ -1,4 +1,5 @@
-"""Log behaviour: append, roll, lookups, retention, flushing, limits and the owner lock."""
+"""Log behaviour: append, roll, lookups, flushing, limits and the owner lock (retention: test_retention.py,
+loading and recovery: test_log_loader.py)."""
 
 from __future__ import annotations
 
@@ -208,54 +209,6 @@ def test_reader_sees_only_complete_batches_of_a_live_writer(tmp_path):
     log.close()
 
 
-def test_retention_by_time_renames_deleted_then_removes_after_delay(tmp_path):
-    clock = ManualClock()
-    cfg = config(segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=1000)
-    log = open_log(tmp_path / "t", cfg, clock=clock)
-    for i in range(10):
-        log.append([ProducerRecord(b"old%d" % i * 20, timestamp=clock.ms)])
-    clock.advance(20_000)
-    for i in range(3):
-        log.append([ProducerRecord(b"new%d" % i * 20, timestamp=clock.ms)])
-    before = len(log.segments)
-    deleted = log.delete_old_segments()
-    assert deleted > 0 and len(log.segments) == before - deleted
-    assert any(p.name.endswith(".log.deleted") for p in log.dir.iterdir())
-    assert log.start_offset == log.segments[0].base_offset > 0
-    with pytest.raises(OffsetOutOfRangeError):
-        log.read(0)
-    assert [r.value[:4] for r in log.iter_records()][-3:] == [b"new0", b"new1", b"new2"]
-    clock.advance(1001)
-    log.delete_old_segments()
-    assert not any(p.name.endswith(".deleted") for p in log.dir.iterdir())
-    log.close()
-
-
-def test_retention_by_size_keeps_the_newest_segments(tmp_path):
-    log = open_log(tmp_path / "t", config(segment_bytes=300, retention_bytes=700, retention_ms=-1))
-    for i in range(30):
-        log.append_values([b"v%02d" % i * 10])
-    log.delete_old_segments()
-    assert log.size_bytes - log.segments[0].size < 700
-    assert log.end_offset == 30
-    values = [r.value for r in log.iter_records()]
-    assert values[-1] == b"v29" * 10 and len(values) == 30 - log.start_offset
-    log.close()
-
-
-def test_retention_that_would_remove_everything_rolls_first(tmp_path):
-    clock = ManualClock()
-    log = open_log(tmp_path / "t", config(retention_ms=1000), clock=clock)
-    log.append([ProducerRecord(b"a", timestamp=clock.ms)])
-    clock.advance(5000)
-    assert log.delete_old_segments() == 1
-    assert (log.start_offset, log.end_offset) == (1, 1)
-    assert len(log.segments) == 1 and log.active_segment.size == 0
-    log.append_values([b"b"])
-    assert log.read(1).value == b"b"
-    log.close()
-
-
 def test_flush_messages_and_flush_ms_move_the_recovery_point(tmp_path):
     clock = ManualClock()
     log = open_log(tmp_path / "t", config(flush_messages=5, flush_ms=1000), clock=clock)
@@ -370,7 +323,7 @@ def test_reader_of_a_log_dir_without_segments_sees_an_empty_log(tmp_path):
 
 
 def test_reader_leaves_out_a_segment_retention_removes_while_it_opens(tmp_path, monkeypatch):
-    import seglogfs.log as log_module
+    import seglogfs.log_segments as log_module  # where logs and their loader make segments
 
     writer = open_log(tmp_path / "t", config(segment_bytes=300))
     for i in range(30):

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from kafka.record import MemoryRecords
-from support.testdata import KAFKA_LOG_DIR
+from support.verify_fixtures import SEG, TESTDATA, batches_of, build_two_segments, writable_copy
 
-from seglogfs.verify import Progress, verify_paths
-
-TESTDATA = KAFKA_LOG_DIR
-SEG = "00000000000000000000"
+from seglogfs.verifier import verify_paths
+from seglogfs.verify import Progress
 
 
 def run_verify(*paths: Path) -> subprocess.CompletedProcess[str]:
@@ -27,56 +23,6 @@ def run_verify(*paths: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
     )
-
-
-def writable_copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    for root, dirs, files in os.walk(dst):
-        for name in dirs + files:
-            os.chmod(Path(root) / name, 0o755 if name in dirs else 0o644)
-    return dst
-
-
-def batches_of(data: bytes) -> list[tuple[int, int, int, int]]:
-    """(position, size, lastOffset, maxTimestamp) per batch, parsed by kafka-python."""
-    out = []
-    records = MemoryRecords(data)
-    pos = 0
-    while records.has_next():
-        b = records.next_batch()
-        out.append((pos, b.size_in_bytes, b.last_offset, b.max_timestamp))
-        pos += b.size_in_bytes
-    return out
-
-
-def build_indexes(batches, base: int, interval: int = 4096, final_entry: bool = True) -> tuple[bytes, bytes]:
-    """.index and .timeindex bytes by Kafka's per-batch rule (kafka-format.md section 3)."""
-    index, timeindex = bytearray(), bytearray()
-    since = 0
-    max_ts, max_ts_offset = -1, base
-    last_time_ts = -1
-    for pos, size, last_offset, ts in batches:
-        if ts > max_ts:
-            max_ts, max_ts_offset = ts, last_offset
-        if since > interval:
-            index += struct.pack(">ii", last_offset - base, pos)
-            if max_ts > last_time_ts:
-                timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
-                last_time_ts = max_ts
-            since = 0
-        since += size
-    if final_entry and max_ts > last_time_ts:  # written on roll / close
-        timeindex += struct.pack(">qi", max_ts, max_ts_offset - base)
-    return bytes(index), bytes(timeindex)
-
-
-def test_index_builder_reproduces_the_broker_files():
-    """The helper below is trusted only because it rebuilds Kafka's own files byte for byte."""
-    for part in ("__consumer_offsets-15", "__cluster_metadata-0"):
-        d = TESTDATA / part
-        index, timeindex = build_indexes(batches_of((d / f"{SEG}.log").read_bytes()), 0)
-        assert index == (d / f"{SEG}.index").read_bytes()
-        assert timeindex == (d / f"{SEG}.timeindex").read_bytes()
 
 
 def test_real_data_dir_is_sound(tmp_path):
@@ -157,75 +103,7 @@ def test_truncated_log_and_missing_index(tmp_path):
 @pytest.fixture
 def two_segments(tmp_path) -> Path:
     """The consumer-offsets log split into an inactive and an active segment, indexes by Kafka's rule."""
-    src = (TESTDATA / "__consumer_offsets-15" / f"{SEG}.log").read_bytes()
-    batches = batches_of(src)
-    cut = len(batches) // 2
-    part = tmp_path / "events-0"
-    part.mkdir()
-    first = batches[:cut]
-    second_base = first[-1][2] + 1
-    split = batches[cut][0]
-    second = [(p - split, s, o, t) for p, s, o, t in batches[cut:]]
-    for base, chunk, data, final in (
-        (0, first, src[:split], True),
-        (second_base, second, src[split:], False),
-    ):
-        name = f"{base:020d}"
-        (part / f"{name}.log").write_bytes(data)
-        index, timeindex = build_indexes(chunk, base, interval=1024, final_entry=final)
-        (part / f"{name}.index").write_bytes(index)
-        (part / f"{name}.timeindex").write_bytes(timeindex)
-    return part
-
-
-def test_rule_built_segments_are_sound(two_segments):
-    report = verify_paths([two_segments])
-    assert report.problems == []
-    assert report.segments == 2 and report.logs == 1
-
-
-def test_untrimmed_index_only_allowed_on_the_active_segment(two_segments):
-    logs = sorted(two_segments.glob("*.log"))
-    active_index = logs[1].with_suffix(".index")
-    with active_index.open("ab") as f:
-        f.write(bytes(8 * 100))  # a running writer keeps the active indexes preallocated
-    with active_index.with_suffix(".timeindex").open("ab") as f:
-        f.write(bytes(12 * 100))  # zeros here would fail Kafka's time-index sanity check on their own
-    report = verify_paths([two_segments])
-    assert report.problems == [] and report.notes == []
-    inactive_index = logs[0].with_suffix(".index")
-    n = inactive_index.stat().st_size // 8
-    with inactive_index.open("ab") as f:
-        f.write(bytes(8 * 100))
-    report = verify_paths([two_segments])
-    # what a crash between a roll and the trim leaves: recovery trims it, nothing is lost
-    assert report.problems == []
-    assert [(p.path, p.position) for p in report.notes] == [(inactive_index, n * 8)]
-    assert "not trimmed" in report.notes[0].message
-
-
-def test_inactive_segment_without_final_time_entry(two_segments):
-    logs = sorted(two_segments.glob("*.log"))
-    tindex = logs[0].with_suffix(".timeindex")
-    tindex.write_bytes(tindex.read_bytes()[:-12])  # drop the entry written on roll
-    report = verify_paths([two_segments])
-    assert report.problems == []  # recovery writes the final entry again; older brokers never did
-    assert len(report.notes) == 1 and report.notes[0].path == tindex
-    assert "max timestamp" in report.notes[0].message
-
-
-def test_overlapping_segments_and_orphan_index(two_segments):
-    logs = sorted(two_segments.glob("*.log"))
-    (two_segments / "00000000000000009999.index").write_bytes(b"")
-    second_base = int(logs[1].name.split(".")[0])
-    # rename the second segment to a base below the end of the first one
-    lower = f"{second_base - 1:020d}"
-    for suffix in (".log", ".index", ".timeindex"):
-        logs[1].with_suffix(suffix).rename(two_segments / f"{lower}{suffix}")
-    problems = verify_paths([two_segments]).problems
-    messages = [str(p) for p in problems]
-    assert any("overlaps" in m and lower in m for m in messages)
-    assert any("00000000000000009999.index" in m and "without a .log" in m for m in messages)
+    return build_two_segments(tmp_path)
 
 
 def test_missing_path_fails(tmp_path):
@@ -244,33 +122,6 @@ def test_progress_bar_draws_to_a_stream():
     assert text.startswith("\r[..........]   0.0%")
     assert "\r[##########] 100.0% 4.0 MiB/4.0 MiB events-0/00000000000000000000.log" in text
     assert text.endswith("\n")
-
-
-def test_counts_and_decode_records(tmp_path):
-    from crc32c import crc32c
-
-    from seglogfs.log import Log
-    from seglogfs.records import ProducerRecord
-
-    part = tmp_path / "events-0"
-    with Log.open(part, create=True) as log:
-        for i in range(4):
-            log.append([ProducerRecord(b"v%d" % i, key=b"k"), ProducerRecord(b"w%d" % i)])
-    report = verify_paths([part])
-    assert report.problems == [] and (report.batches, report.records) == (4, 8)
-    assert report.index_entries >= 0 and report.time_index_entries >= 1
-    assert verify_paths([part], decode_records=True).records == 8
-    # A batch whose CRC matches but whose first record is malformed (a producer's bug): only the
-    # decoding pass sees it.
-    seg = part / f"{SEG}.log"
-    data = bytearray(seg.read_bytes())
-    data[61] = 0x7E  # the first record's length varint: 63 bytes, past the batch
-    data[17:21] = crc32c(bytes(data[21 : batches_of(bytes(data))[0][1]])).to_bytes(4, "big")
-    seg.write_bytes(bytes(data))
-    assert verify_paths([part]).problems == []
-    problems = verify_paths([part], decode_records=True).problems
-    assert [(p.path, p.position) for p in problems] == [(seg, 0)]
-    assert "corrupt records" in problems[0].message
 
 
 def test_dir_holding_only_an_index_is_damage_not_a_traceback(tmp_path):

@@ -295,7 +295,7 @@ def test_concurrent_writers_never_interleave(mnt: Seglogd) -> None:
     assert len(seen) == writers * lines and set(seen.values()) == {1}
 
 
-# ---------------------------------------------------------------- errnos (DESIGN.md section 2)
+# ---------------------------------------------------------------- errnos (docs/mount.md section 4)
 def test_enoent(mnt: Seglogd) -> None:
     log = mnt / "events-0"
     end = end_offset(mnt, "events-0")

@@ -281,15 +281,20 @@ def test_campaign_every_view_equals_the_log_during_appends_rolls_retention(seglo
     mnt: Seglogd = seglogd(logs=CAMPAIGN_LOGS)
     logs = [mnt / name for name in CAMPAIGN_LOGS]
     stop = tmp_path / "stop"
+    # This file is the helpers' script: it imports ``support`` (tests/), which pytest puts on the path.
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")])}
     script = [sys.executable, __file__]
     outs = {log.name: tmp_path / f"tail-{log.name}" for log in logs}
     tails = {log.name: (_tail(log, outs[log.name]), outs[log.name]) for log in logs}
     readers = [
-        subprocess.Popen([*script, "cat", str(stop), str(seed), *map(str, logs)], stdout=subprocess.PIPE),
-        subprocess.Popen([*script, "probe", str(stop), str(seed), *map(str, logs)], stdout=subprocess.PIPE),
+        subprocess.Popen(
+            [*script, role, str(stop), str(seed), *map(str, logs)], stdout=subprocess.PIPE, env=env
+        )
+        for role in ("cat", "probe")
     ]
     writers = [
-        subprocess.Popen([*script, "write", str(log), str(CAMPAIGN_LINES), str(seed + k)])
+        subprocess.Popen([*script, "write", str(log), str(CAMPAIGN_LINES), str(seed + k)], env=env)
         for k, log in enumerate(logs)
     ]
     late_tail = None

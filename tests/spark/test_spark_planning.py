@@ -413,10 +413,29 @@ def test_stream_offsets_rate_limit_and_available_now(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ verify job checks (no JVM)
 
 
-def test_verify_segment_finds_problems(tmp_path: Path, kafka_copy: Path) -> None:
-    from seglogfs.spark.jobs import segment_files, summarise, verify_segment
+def verify_segment(log_path: str):
+    """A LogReport of the engine verifier over one ``.log`` file (with its indexes), records decoded."""
+    from seglogfs.spark.jobs import LogReport
+    from seglogfs.verifier import Problem, VerifyReport, find_segments
+    from seglogfs.verifier import verify_segment as check
 
-    files = segment_files([str(kafka_copy)])
+    path = Path(log_path)
+    report = VerifyReport()
+    groups, _ = find_segments([path.parent])
+    active = groups[0][-1] if groups and groups[0] else path
+    try:
+        check(path, active=path == active, report=report, decode_records=True)
+    except OSError as exc:
+        report.problems.append(Problem(path, None, f"cannot read: {exc}"))
+    return LogReport.of(path.parent.name, path, report)
+
+
+def test_verify_segment_finds_problems(tmp_path: Path, kafka_copy: Path) -> None:
+    from seglogfs.spark.jobs import summarise
+    from seglogfs.verifier import find_segments
+
+    groups, _ = find_segments([str(kafka_copy)])
+    files = [str(p) for group in groups for p in group]
     reports = [verify_segment(f) for f in files]
     text, problems = summarise(reports)
     assert problems == 0, text

@@ -1,4 +1,4 @@
-"""Opening after clean and unclean shutdowns: Kafka's load and recovery rules."""
+"""LogLoader: opening after clean and unclean shutdowns, Kafka's load and recovery rules."""
 
 from __future__ import annotations
 

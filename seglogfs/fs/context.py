@@ -1,0 +1,98 @@
+"""What every kind of file in the mount shares: the engine, the modes getattr shows, and two caches."""
+
+from __future__ import annotations
+
+import errno
+import json
+import stat
+import threading
+import time
+from collections import OrderedDict
+
+from seglogfs.fs.access import Access
+from seglogfs.fs.errors import fail
+from seglogfs.fs.paths import Node
+from seglogfs.log import Log
+from seglogfs.log_manager import LogManager
+from seglogfs.records import Record
+from seglogfs.value_stream import ValueStream
+
+#: st_blksize of every file: `cat`, `cp` and Python size their buffers from it (cpython#117151), so
+#: they read and write 1 MiB at a time instead of 128 KiB.
+BLOCK_SIZE = 1 << 20
+_RECORD_CACHE_SIZE = 1024
+
+
+class MountContext:
+    """The :class:`LogManager` behind a mount, how its paths look (owner, modes), and the caches
+    that spare the engine repeated work: the last records read, one :class:`ValueStream` per log."""
+
+    def __init__(self, manager: LogManager, *, read_only: bool, access: Access) -> None:
+        self.manager = manager
+        self.read_only = read_only
+        self.uid, self.gid = access.uid, access.gid
+        # modes by kind of path, computed once: getattr is the hottest call of a mount
+        self.dir_mode = stat.S_IFDIR | access.dir_mode(writable=not read_only)
+        self.listing_mode = stat.S_IFDIR | access.listing_mode()
+        self.file_mode = stat.S_IFREG | access.file_mode()
+        self.append_mode = stat.S_IFREG | access.append_mode(writable=not read_only)
+        self.started_ns = time.time_ns()
+        self._streams: dict[str, ValueStream] = {}
+        self._streams_lock = threading.Lock()
+        self._records: OrderedDict[tuple[str, int], Record] = OrderedDict()
+        self._records_lock = threading.Lock()
+
+    def attrs(self, mode: int, size: int = 0, mtime_ns: int | None = None, nlink: int = 1) -> dict[str, int]:
+        """The getattr answer of a path: ``mode``, ``size``, the mount's owner (mtime: mount time)."""
+        t = self.started_ns if mtime_ns is None else mtime_ns
+        return {
+            "st_mode": mode,
+            "st_nlink": nlink,
+            "st_size": size,
+            "st_uid": self.uid,
+            "st_gid": self.gid,
+            "st_atime": t,
+            "st_mtime": t,
+            "st_ctime": t,
+            "st_blksize": BLOCK_SIZE,
+            "st_blocks": (size + 511) // 512,
+        }
+
+    def log(self, node: Node) -> Log:
+        """The log ``node`` belongs to: ENOENT when there is none, EIO when it is offline."""
+        try:
+            return self.manager.get(node.log)
+        except KeyError:
+            if node.log in self.manager.offline:
+                raise fail(errno.EIO) from None  # of an offline log only `info` answers
+            raise fail(errno.ENOENT) from None
+
+    def offline_info(self, name: str | None) -> bytes | None:
+        """The `info` of an offline log (its name and why it is offline), None for any other name."""
+        reason = self.manager.offline.get(name) if name is not None else None
+        if reason is None:
+            return None
+        return (json.dumps({"name": name, "offline": True, "reason": reason}, indent=2) + "\n").encode()
+
+    def record(self, lg: Log, offset: int) -> Record:
+        """``Log.read`` behind a small LRU: a lookup, open and getxattr of one offset read it once."""
+        key = (lg.name, offset)
+        with self._records_lock:
+            record = self._records.get(key)
+            if record is not None:
+                self._records.move_to_end(key)
+                return record
+        record = lg.read(offset)
+        with self._records_lock:
+            self._records[key] = record
+            if len(self._records) > _RECORD_CACHE_SIZE:
+                self._records.popitem(last=False)
+        return record
+
+    def stream(self, lg: Log) -> ValueStream:
+        """The `records` view of ``lg`` (one per log, shared by its readers)."""
+        with self._streams_lock:
+            stream = self._streams.get(lg.name)
+            if stream is None or stream.log is not lg:
+                stream = self._streams[lg.name] = ValueStream(lg)
+            return stream

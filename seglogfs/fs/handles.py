@@ -1,0 +1,78 @@
+"""Open files of the mount: what one FUSE file handle reads (or writes) until its release.
+
+The kernel checks the open mode before it sends READ or WRITE, so a handle only ever gets the calls
+its file was opened for; the defaults answer EBADF all the same. The append files' handles, which
+write, are in :mod:`seglogfs.fs.appender`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from seglogfs.fs.errors import fail
+from seglogfs.value_stream import StreamReader
+
+
+class OpenFile:
+    """One open file: the base answers EBADF to reads and writes, and has nothing to sync or close."""
+
+    __slots__ = ()
+
+    def read(self, size: int, offset: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``."""
+        raise fail(errno.EBADF)
+
+    def write(self, data: bytes) -> None:
+        """Take the bytes of one WRITE request (the offset is never used: every write is an append)."""
+        raise fail(errno.EBADF)
+
+    def fsync(self) -> None:
+        """Make what was written durable."""
+
+    def release(self, why: str) -> None:
+        """The last close of the file (``why``: "release"), or the mount going away ("unmount")."""
+
+
+class SnapshotFile(OpenFile):
+    """A value fixed at open: a ``by-offset/<n>`` record value, or an ``info`` snapshot."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self.data[offset : offset + size]
+
+
+class DescriptorFile(OpenFile):
+    """A ``segments/<file>``: reads go straight to the fd opened on the log dir's file."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def release(self, why: str) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class StreamFile(OpenFile):
+    """The ``records`` view: one reader of the log's :class:`ValueStream`."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: StreamReader) -> None:
+        self.stream = stream
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self.stream.read(offset, size)
+
+    def release(self, why: str) -> None:
+        self.stream.close()

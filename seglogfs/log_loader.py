@@ -1,0 +1,267 @@
+"""LogLoader: opening a log directory's segments, as Kafka's ``LogLoader`` does (docs/kafka-format.md
+sections 5 and 6.3; where seglogfs departs from Kafka: section 10).
+
+Loading follows Kafka's LogLoader: ``.deleted`` and ``.cleaned`` leftovers are removed, complete
+``.swap`` sets are finished, orphan index files dropped, missing or corrupt indexes rebuilt; after an
+unclean shutdown every segment from the recovery point on is validated batch by batch, a torn or
+corrupt tail is cut (unlike Kafka, intact batches after damage and later segments are kept). After a
+clean shutdown only the active segment's tail is checked, and each segment's indexes are checked
+against its .log when first used.
+
+A read-only load changes no file: missing or corrupt indexes are then replaced by scans, and a torn
+tail is simply not read. The loader knows nothing of :class:`~seglogfs.log.Log`: it returns a
+:class:`LoadedLog` for the log to start from.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import LogConfig
+from .errors import CorruptRecordError
+from .log_files import (
+    CLEANED_SUFFIX,
+    CORRUPT_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    base_offset_from_name,
+    files_of_segment,
+    offset_named_files,
+    parse_offset_file_name,
+    segment_base_offsets,
+    segment_file_name,
+)
+from .log_segments import link_segments, new_segment
+from .records import validate_batch
+from .segment import LogSegment, next_offset_of_file, pread_header
+
+__all__ = ["LoadedLog", "LogLoader"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    """What a load found: the segments (oldest first, linked, never empty) and the log's offsets."""
+
+    segments: list[LogSegment]
+    next_offset: int  # the log end offset: after the last intact batch of the active segment
+    log_start_offset: int
+    recovery_point: int  # after a clean load or a recovery, everything up to the end offset is good
+
+
+class LogLoader:
+    """Loads (and, when writable, repairs) the segments of one log directory."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]
+    ) -> None:
+        self.dir = directory
+        self.name = directory.name
+        self.config = config
+        self.read_only = read_only
+        self._clock = clock
+
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+        """Load the segments; after an unclean shutdown, recover those from ``recovery_point`` on."""
+        self._refuse_symlinks()
+        if not self.read_only:
+            self._remove_leftovers()
+        segments = [self._new_segment(base) for base in segment_base_offsets(self.dir)]
+        if self.read_only:
+            # Retention may have removed a segment since the listing: a reader leaves it out.
+            segments = [s for s in segments if s.size or s.log_path.exists()]
+        else:
+            first_to_recover = len(segments) if clean_shutdown else _first_unflushed(segments, recovery_point)
+            for segment in segments[:first_to_recover]:
+                self._check_indexes(segment)
+                if segment is not segments[-1]:
+                    segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
+            if first_to_recover < len(segments):
+                self._recover_segments(segments, first_to_recover)
+        if not segments:
+            segments = [self._new_segment(max(log_start_offset, 0))]
+        link_segments(segments)
+        active = segments[-1]
+        next_offset = self._active_segment_end(segments)
+        if not self.read_only:
+            self._grow_active_indexes(active)
+        next_offset = max(next_offset, active.base_offset)
+        start_offset = min(max(log_start_offset, segments[0].base_offset), next_offset)
+        return LoadedLog(segments, next_offset, start_offset, recovery_point=next_offset)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
+
+    def _active_segment_end(self, segments: list[LogSegment]) -> int:
+        """The next offset after the active segment's last intact batch, its torn tail cut (read-only:
+        left unread)."""
+        active = segments[-1]
+        next_offset, valid_end = active.intact_end()
+        if valid_end < active.size:
+            # Whatever the clean-shutdown marker says: a preallocated (zero-filled) or garbage tail, or
+            # a damaged last batch (the end offset comes from the last intact batch, never its header).
+            if self.read_only:
+                log.warning(
+                    "%s: not reading %d bytes of torn or garbage data at position %d of %s",
+                    self.name,
+                    active.size - valid_end,
+                    valid_end,
+                    active.log_path,
+                )
+                active.size = valid_end
+            else:
+                self._recover_segments(segments, len(segments) - 1)
+                next_offset, _ = active.intact_end()
+        return next_offset
+
+    def _refuse_symlinks(self) -> None:
+        """Raise ELOOP when a segment, index or leftover file is a symlink: loading and cleanup open,
+        truncate, rename and delete these files, and must never act outside the data dir."""
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                if parse_offset_file_name(entry.name) is not None and entry.is_symlink():
+                    reason = "a segment file is a symbolic link (seglogfs follows no symlinks)"
+                    raise OSError(errno.ELOOP, reason, entry.path)
+
+    def _remove_leftovers(self) -> None:
+        """Kafka's first load steps: drop .deleted/.cleaned files, finish complete .swap sets."""
+        cleaned_bases = []
+        # Only files named by an offset: anything else is not a segment file of Kafka's (nor of
+        # ours), never ours to delete.
+        for path in offset_named_files(self.dir):
+            if path.name.endswith(DELETED_SUFFIX):
+                path.unlink(missing_ok=True)
+            elif path.name.endswith(CLEANED_SUFFIX):
+                cleaned_bases.append(base_offset_from_name(path.name))
+                path.unlink(missing_ok=True)
+        lowest_cleaned = min(cleaned_bases, default=None)
+        for swap in offset_named_files(self.dir, SWAP_SUFFIX):
+            base = base_offset_from_name(swap.name)
+            if lowest_cleaned is not None and base >= lowest_cleaned:
+                swap.unlink(missing_ok=True)  # an incomplete split or clean: discard
+        for swap in offset_named_files(self.dir, LOG_SUFFIX + SWAP_SUFFIX):
+            self._complete_swap(swap)
+        for swap in offset_named_files(self.dir, SWAP_SUFFIX):  # index swaps with no .log swap left
+            swap.rename(swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+        # Index files without a .log are deleted, as Kafka does.
+        named = {path: parse_offset_file_name(path.name) or (-1, "") for path in offset_named_files(self.dir)}
+        logs = {offset for offset, suffix in named.values() if suffix == LOG_SUFFIX}
+        for path, (offset, suffix) in named.items():
+            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and offset not in logs:
+                path.unlink(missing_ok=True)
+
+    def _complete_swap(self, swap_log: Path) -> None:
+        """A valid .swap replaces the segments it covers: [swap base, swap next offset).
+
+        A corrupt one replaces nothing: when the segment it would replace is still there, its files
+        are set aside as ``*.swap.corrupt`` (kept, never deleted); when it is not, the swap may hold
+        the only copy of its records, so the log cannot be opened (it goes offline, files untouched).
+        """
+        swap_base = base_offset_from_name(swap_log.name)
+        damage = _swap_damage(swap_log, swap_base)
+        if damage is not None:
+            self._set_corrupt_swap_aside(swap_base, damage)
+            return
+        swap_end = next_offset_of_file(swap_log, swap_base)
+        for path in list(self.dir.iterdir()):
+            parsed = parse_offset_file_name(path.name)
+            if parsed is not None and parsed[1] in SEGMENT_SUFFIXES and swap_base <= parsed[0] < swap_end:
+                path.unlink()
+        for path in files_of_segment(self.dir, swap_base, SWAP_SUFFIX):
+            path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+        # The rebuilt segment's indexes are recreated below if they are missing.
+
+    def _set_corrupt_swap_aside(self, swap_base: int, damage: str) -> None:
+        """Rename a damaged swap set ``*.swap.corrupt``, or refuse to load when no segment holds its
+        offsets (the swap may then be their only copy)."""
+        swap_files = files_of_segment(self.dir, swap_base, SWAP_SUFFIX)
+        if not (self.dir / segment_file_name(swap_base, LOG_SUFFIX)).is_file():
+            raise CorruptRecordError(
+                f"{damage}; no segment holds its offsets, so the .swap may be their only copy"
+            )
+        for path in swap_files:
+            os.rename(path, path.with_name(path.name + CORRUPT_SUFFIX))
+        log.warning(
+            "%s: %s; kept the segment it would replace and set %s aside as *%s",
+            self.name,
+            damage,
+            ", ".join(p.name for p in swap_files),
+            CORRUPT_SUFFIX,
+        )
+
+    def _check_indexes(self, segment: LogSegment) -> None:
+        """Rebuild the missing indexes of a segment that is otherwise trusted, without cutting its .log
+        (a damaged batch in a sealed segment costs only itself). Indexes that exist are checked against
+        the .log when first used, and rebuilt then if they are wrong (LogSegment.index_problem)."""
+        if segment.needs_index_rebuild:
+            log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
+            segment.rebuild_indexes()
+
+    def _recover_segments(self, segments: list[LogSegment], first: int) -> None:
+        """Validate every batch of segments[first:], rebuilding their indexes; cut the last one's torn
+        tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
+        intact batches after damage and every later segment (they may hold the only copy of their
+        records): the damage stays in place, its offsets unreadable, and appends go after the last
+        intact batch of the active segment."""
+        link_segments(segments)  # each segment's offset limit: a witness for its last batch
+        for segment in segments[first:]:
+            truncated = segment.recover(cut_torn_tail=segment is segments[-1])
+            if truncated:
+                log.warning(
+                    "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",
+                    self.name,
+                    truncated,
+                    segment.size,
+                    segment.log_path,
+                )
+
+    def _grow_active_indexes(self, active: LogSegment) -> None:
+        """After loading, grow the active segment's indexes back to ``segment.index.bytes``. On a full
+        disk they stay trimmed (full), so the next append rolls and that roll reports ENOSPC."""
+        try:
+            active.resize_indexes(self.config.segment_index_bytes)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            log.warning("%s: no room to preallocate the indexes of %s (%s); appends roll first",
+                        self.name, active.log_path.name, exc.strerror)
+
+
+def _first_unflushed(segments: list[LogSegment], recovery_point: int) -> int:
+    """Index of the first segment that may hold data past the recovery point (Kafka recovers from
+    the segment containing the recovery point on)."""
+    for i in range(len(segments)):
+        if i + 1 == len(segments) or segments[i + 1].base_offset > recovery_point:
+            return i
+    return len(segments)
+
+
+def _swap_damage(path: Path, base_offset: int) -> str | None:
+    """Why a ``.log.swap`` cannot replace segments (no batch at all, a batch that fails its CRC, an
+    offset below the swap's base, a torn tail), or None when every batch of it is whole and valid."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        end = os.fstat(fd).st_size
+        if end == 0:  # renamed into place it would replace the segment of its name with nothing
+            return f"{path} is empty"
+        position = 0
+        while (header := pread_header(fd, position, end, path)) is not None:
+            if header.base_offset < base_offset:
+                return f"{path} has offset {header.base_offset} below its base at position {position}"
+            validate_batch(os.pread(fd, header.size, position), header.at(0), path=path)
+            position += header.size
+    except CorruptRecordError as exc:
+        return str(exc)
+    finally:
+        os.close(fd)
+    return None if position == end else f"{path} has a torn tail at position {position}"

@@ -1,0 +1,59 @@
+"""BatchCache: record bounds and decoded columns of CRC-checked batches in a byte-bounded LRU."""
+
+from __future__ import annotations
+
+import pytest
+from support.engine_helpers import config, open_log
+
+from seglogfs.batch_cache import BatchCache
+from seglogfs.errors import CorruptRecordError
+from seglogfs.records import RecordBounds, RecordColumns
+
+
+def _log_of_batches(tmp_path, batches: int = 4):
+    log = open_log(tmp_path / "c", config())
+    for i in range(batches):
+        log.append_values([b"b%d-%d" % (i, j) for j in range(10)])
+    return log
+
+
+def test_bounds_and_columns_are_typed_and_cached(tmp_path):
+    log = _log_of_batches(tmp_path)
+    segment, header = log.lookup(12)
+    cache = BatchCache()
+    bounds = cache.bounds(segment, header)
+    columns = cache.columns(segment, header)
+    assert isinstance(bounds, RecordBounds) and isinstance(columns, RecordColumns)
+    assert cache.bounds(segment, header) is bounds and cache.columns(segment, header) is columns
+    assert len(cache) == 2 and cache.size_bytes == bounds.nbytes + columns.data.nbytes
+    assert columns.record(2).value == b"b1-2"
+    cache.clear()
+    assert len(cache) == 0 and cache.size_bytes == 0
+    assert cache.bounds(segment, header) is not bounds
+    log.close()
+
+
+def test_least_recently_used_entries_go_first_beyond_max_bytes(tmp_path):
+    log = _log_of_batches(tmp_path)
+    located = [log.lookup(offset) for offset in (0, 10, 20, 30)]
+    one = BatchCache().bounds(*located[0]).nbytes
+    cache = BatchCache(max_bytes=2 * one)
+    first = cache.bounds(*located[0])
+    cache.bounds(*located[1])
+    assert cache.bounds(*located[0]) is first  # now the most recently used
+    cache.bounds(*located[2])  # evicts batch 1, not batch 0
+    assert len(cache) == 2 and cache.size_bytes <= 2 * one
+    assert cache.bounds(*located[0]) is first
+    log.close()
+
+
+def test_a_corrupt_batch_names_its_file_and_position(tmp_path):
+    log = _log_of_batches(tmp_path)
+    segment, header = log.lookup(20)
+    with open(segment.log_path, "r+b") as f:
+        f.seek(header.position + header.size - 1)
+        f.write(b"\xff")
+    with pytest.raises(CorruptRecordError) as caught:
+        BatchCache().columns(segment, header)
+    assert caught.value.position == header.position and str(segment.log_path) in str(caught.value)
+    log.close()

@@ -1,0 +1,104 @@
+"""The verifier service (``seglogfs.verifier``) in-process: segments built by Kafka's rules, damaged
+copies, notes against damage, record counts and decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.verify_fixtures import SEG, TESTDATA, batches_of, build_indexes, build_two_segments
+
+from seglogfs.verifier import verify_paths
+
+
+@pytest.fixture
+def two_segments(tmp_path) -> Path:
+    """The consumer-offsets log split into an inactive and an active segment, indexes by Kafka's rule."""
+    return build_two_segments(tmp_path)
+
+
+def test_index_builder_reproduces_the_broker_files():
+    """``build_indexes`` (support.verify_fixtures) is trusted only because it rebuilds Kafka's own
+    files byte for byte."""
+    for part in ("__consumer_offsets-15", "__cluster_metadata-0"):
+        d = TESTDATA / part
+        index, timeindex = build_indexes(batches_of((d / f"{SEG}.log").read_bytes()), 0)
+        assert index == (d / f"{SEG}.index").read_bytes()
+        assert timeindex == (d / f"{SEG}.timeindex").read_bytes()
+
+
+def test_rule_built_segments_are_sound(two_segments):
+    report = verify_paths([two_segments])
+    assert report.problems == []
+    assert report.segments == 2 and report.logs == 1
+
+
+def test_untrimmed_index_only_allowed_on_the_active_segment(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    active_index = logs[1].with_suffix(".index")
+    with active_index.open("ab") as f:
+        f.write(bytes(8 * 100))  # a running writer keeps the active indexes preallocated
+    with active_index.with_suffix(".timeindex").open("ab") as f:
+        f.write(bytes(12 * 100))  # zeros here would fail Kafka's time-index sanity check on their own
+    report = verify_paths([two_segments])
+    assert report.problems == [] and report.notes == []
+    inactive_index = logs[0].with_suffix(".index")
+    n = inactive_index.stat().st_size // 8
+    with inactive_index.open("ab") as f:
+        f.write(bytes(8 * 100))
+    report = verify_paths([two_segments])
+    # what a crash between a roll and the trim leaves: recovery trims it, nothing is lost
+    assert report.problems == []
+    assert [(p.path, p.position) for p in report.notes] == [(inactive_index, n * 8)]
+    assert "not trimmed" in report.notes[0].message
+
+
+def test_inactive_segment_without_final_time_entry(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    tindex = logs[0].with_suffix(".timeindex")
+    tindex.write_bytes(tindex.read_bytes()[:-12])  # drop the entry written on roll
+    report = verify_paths([two_segments])
+    assert report.problems == []  # recovery writes the final entry again; older brokers never did
+    assert len(report.notes) == 1 and report.notes[0].path == tindex
+    assert "max timestamp" in report.notes[0].message
+
+
+def test_overlapping_segments_and_orphan_index(two_segments):
+    logs = sorted(two_segments.glob("*.log"))
+    (two_segments / "00000000000000009999.index").write_bytes(b"")
+    second_base = int(logs[1].name.split(".")[0])
+    # rename the second segment to a base below the end of the first one
+    lower = f"{second_base - 1:020d}"
+    for suffix in (".log", ".index", ".timeindex"):
+        logs[1].with_suffix(suffix).rename(two_segments / f"{lower}{suffix}")
+    problems = verify_paths([two_segments]).problems
+    messages = [str(p) for p in problems]
+    assert any("overlaps" in m and lower in m for m in messages)
+    assert any("00000000000000009999.index" in m and "without a .log" in m for m in messages)
+
+
+def test_counts_and_decode_records(tmp_path):
+    from crc32c import crc32c
+
+    from seglogfs.log import Log
+    from seglogfs.records import ProducerRecord
+
+    part = tmp_path / "events-0"
+    with Log.open(part, create=True) as log:
+        for i in range(4):
+            log.append([ProducerRecord(b"v%d" % i, key=b"k"), ProducerRecord(b"w%d" % i)])
+    report = verify_paths([part])
+    assert report.problems == [] and (report.batches, report.records) == (4, 8)
+    assert report.index_entries >= 0 and report.time_index_entries >= 1
+    assert verify_paths([part], decode_records=True).records == 8
+    # A batch whose CRC matches but whose first record is malformed (a producer's bug): only the
+    # decoding pass sees it.
+    seg = part / f"{SEG}.log"
+    data = bytearray(seg.read_bytes())
+    data[61] = 0x7E  # the first record's length varint: 63 bytes, past the batch
+    data[17:21] = crc32c(bytes(data[21 : batches_of(bytes(data))[0][1]])).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    assert verify_paths([part]).problems == []
+    problems = verify_paths([part], decode_records=True).problems
+    assert [(p.path, p.position) for p in problems] == [(seg, 0)]
+    assert "corrupt records" in problems[0].message
