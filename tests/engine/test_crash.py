@@ -25,6 +25,7 @@ from seglogfs.log_manager import LogManager
 manager = LogManager(sys.argv[1], LogConfig.from_mapping(
     {"segment.bytes": 20000, "index.interval.bytes": 512, "flush.messages": 50}))
 log = manager.create_log("crash-0")
+print("ready", flush=True)
 i = log.end_offset
 while True:
     info = log.append_values([b"rec-%08d" % (i + j) for j in range(7)])
@@ -45,6 +46,8 @@ def test_sigkill_at_random_moments_loses_nothing_flushed(tmp_path):
     durable = 0
     for round_no in range(KILLS):
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(data)], stdout=subprocess.PIPE, text=True)
+        # Kill while appending: on a loaded machine the interpreter alone may take a second to start.
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
         time.sleep(rng.uniform(0.15, 0.6))
         child.send_signal(signal.SIGKILL)
         out, _ = child.communicate()
