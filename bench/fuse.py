@@ -5,10 +5,16 @@
 Starts a real seglogd on a temporary data dir and mount point, then measures:
 - ``cat`` of a file of 100-byte lines into ``append`` (records/s), and the engine's ``append_values``
   of the same values in the same run (batches of 1000, the engine target's shape) -> ratio;
-- open/read/close of random ``by-offset/<n>`` from this one Python process (files/s);
-- reading ``segments/*.log`` through the mount vs directly (MB/s, ratio), warm page cache both ways;
+- random ``by-offset/<n>`` from this one Python process (files/s): cold with os.open/os.read/os.close
+  and with ``open(p, 'rb').read()`` (which adds an isatty() ioctl), then the same offsets again (the
+  kernel's caches), and ``Log.read`` of random offsets in the engine for scale;
+- by-offset read latency (p50/p99/max) while another process appends with an fsync after every write,
+  and while another process reads ``records`` (the single-threaded loop serves one request at a time);
+- ``cat`` of a sealed ``segments/<seg>.log`` vs ``cat`` of the file directly, warm, best of 3, and
+  reading all ``segments/*.log`` (MB/s, ratio);
 - reading ``records`` through the mount (MB/s).
-Always unmounts and stops the daemon.
+``--loop multi`` runs the daemon with libfuse's multi-threaded loop instead (SEGLOGFS_FUSE_LOOP), to
+compare the two loops on one machine. Always unmounts and stops the daemon.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ def mounted(path: Path) -> bool:
         return any(len(p) > 1 and p[1] == target for p in (line.split() for line in f))
 
 
-def start_daemon(base: Path, segment_bytes: str) -> tuple[subprocess.Popen, Path]:
+def start_daemon(base: Path, segment_bytes: str, loop: str = "single") -> tuple[subprocess.Popen, Path]:
     mount = base / "mnt"
     config = base / "seglogfs.yaml"
     config.write_text(json.dumps({
@@ -49,8 +55,9 @@ def start_daemon(base: Path, segment_bytes: str) -> tuple[subprocess.Popen, Path
         "defaults": {"segment.bytes": segment_bytes}, "logs": {"bench-0": {}},
     }))
     err = open(base / "seglogd.stderr", "wb")  # noqa: SIM115 (kept open for the daemon's life)
+    env = {**os.environ, "SEGLOGFS_FUSE_LOOP": loop}
     proc = subprocess.Popen([sys.executable, "-m", "seglogd", "--config", str(config)], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+                            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
     deadline = time.monotonic() + 30
     while not mounted(mount):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -104,14 +111,155 @@ def engine_append(base: Path, n: int, batch: int) -> float:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-# Over 60 lines on purpose: one linear script of measurements, printed in the order it runs them.
+Row = tuple[str, str, str]
+
+#: a writer that appends one 100-byte line per write() and fsyncs after each, until killed
+FSYNC_WRITER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+line = b"w" * 100 + b"\\n"
+while True:
+    os.write(fd, line)
+    os.fsync(fd)
+"""
+
+
+def by_offset_rates(log_dir: Path, n: int, lookups: int) -> list[Row]:
+    """Cold random by-offset reads (os.open and buffered open()), then the same offsets again."""
+    rng = random.Random(1)
+    offsets = rng.sample(range(n), 2 * lookups)
+    cold_os, cold_buffered = offsets[:lookups], offsets[lookups:]
+
+    def os_reads(batch: list[int]) -> float:
+        start = time.perf_counter()
+        for offset in batch:
+            fd = os.open(f"{log_dir}/by-offset/{offset}", os.O_RDONLY)
+            os.read(fd, 4096)
+            os.close(fd)
+        return len(batch) / (time.perf_counter() - start)
+
+    def buffered_reads(batch: list[int]) -> float:
+        start = time.perf_counter()
+        for offset in batch:
+            with open(f"{log_dir}/by-offset/{offset}", "rb") as f:
+                f.read()
+        return len(batch) / (time.perf_counter() - start)
+
+    cold = os_reads(cold_os)
+    buffered = buffered_reads(cold_buffered)
+    again = os_reads(cold_os)
+    again_buffered = buffered_reads(cold_buffered)
+    return [
+        ("random by-offset/<n>, cold, os.open/os.read/os.close", f"{cold:,.0f} files/s", "one process"),
+        ("random by-offset/<n>, cold, open(p, 'rb').read()", f"{buffered:,.0f} files/s", "one process"),
+        ("the same offsets again, os.open/os.read/os.close", f"{again:,.0f} files/s", "kernel caches"),
+        ("the same offsets again, open(p, 'rb').read()", f"{again_buffered:,.0f} files/s", "kernel caches"),
+    ]
+
+
+def engine_reads(data_dir: Path, n: int, lookups: int) -> Row:
+    """Log.read of random offsets in this process, read-only beside the daemon (the engine's share)."""
+    lg = Log.open(data_dir, LogConfig.from_mapping({}), read_only=True)
+    try:
+        offsets = random.Random(2).sample(range(n), lookups)
+        start = time.perf_counter()
+        for offset in offsets:
+            lg.read(offset)
+        rate = lookups / (time.perf_counter() - start)
+    finally:
+        lg.close()
+    return ("engine Log.read of random offsets, cold", f"{rate:,.0f} reads/s", "no mount: the engine's share")
+
+
+def latency_under(log_dir: Path, n: int, load: list[str], seconds: float, what: str) -> Row:
+    """p50/p99/max of cold random by-offset reads while ``load`` (a command) runs beside them."""
+    other = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latencies: list[float] = []
+    rng = random.Random(3)
+    try:
+        time.sleep(0.2)  # let the load start
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            path = f"{log_dir}/by-offset/{rng.randrange(n)}"
+            start = time.perf_counter()
+            fd = os.open(path, os.O_RDONLY)
+            os.read(fd, 4096)
+            os.close(fd)
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.001)  # a client that also does some work: the load gets the loop in between
+    finally:
+        other.kill()
+        other.wait()
+    latencies.sort()
+    p50, p99 = (latencies[int(len(latencies) * q)] * 1e3 for q in (0.5, 0.99))
+    return (f"by-offset read latency while {what}", f"p50 {p50:.2f} ms p99 {p99:.1f} ms",
+            f"max {latencies[-1] * 1e3:.0f} ms, {len(latencies):,} reads")
+
+
+def cat_seconds(path: Path, rounds: int = 3) -> float:
+    """Best wall time of ``cat path > /dev/null`` (warm after the first round)."""
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def append_rows(base: Path, lines: Path, log_dir: Path, n: int, rounds: int) -> tuple[list[Row], int]:
+    """Engine append vs `cat > append`, alternated, best of ``rounds``; the rows and the log's end."""
+    read_all(lines)  # the input in page cache
+    # Alternate engine and mount runs, each after a sync: with hundreds of MB written, dirty-page
+    # writeback throttling otherwise penalises whichever runs second. Best of `rounds` each.
+    engine_rate = cat_rate = 0.0
+    for _i in range(rounds):
+        os.sync()
+        engine_rate = max(engine_rate, engine_append(base, n, 1000))
+        os.sync()
+        start = time.perf_counter()
+        subprocess.run(f"cat {lines} > {log_dir}/append", shell=True, check=True)
+        cat_rate = max(cat_rate, n / (time.perf_counter() - start))
+    end = json.loads((log_dir / "info").read_text())["end_offset"]
+    assert end == n * rounds, (end, n)
+    return [
+        ("engine append_values, 100 B values, batches of 1000", f"{engine_rate:,.0f} rec/s",
+         f"best of {rounds}"),
+        ("cat 100-byte lines > append", f"{cat_rate:,.0f} rec/s", f"{cat_rate / engine_rate:.0%} of engine"),
+    ], end
+
+
+def read_rows(base: Path, log_dir: Path) -> list[Row]:
+    """Segments through the mount vs directly, and `records`."""
+    data = base / "data" / "bench-0"
+    seg_names = sorted(p.name for p in data.glob("*.log"))
+    sealed = seg_names[0]  # the oldest: sealed once the log has rolled
+    direct_cat = cat_seconds(data / sealed)
+    mount_cat = cat_seconds(log_dir / "segments" / sealed)
+    size_mb = (data / sealed).stat().st_size / 1e6
+    direct = read_rate([data / s for s in seg_names])
+    through = read_rate([log_dir / "segments" / s for s in seg_names])
+    records = read_rate([log_dir / "records"], rounds=1)
+    return [
+        ("cat segments/<sealed>.log vs cat of the file, warm", f"{size_mb / mount_cat:,.0f} MB/s",
+         f"{direct_cat / mount_cat:.2f}x of direct ({size_mb / direct_cat:,.0f} MB/s)"),
+        ("read segments/*.log directly", f"{direct:,.0f} MB/s", f"{len(seg_names)} files"),
+        ("read segments/*.log through the mount", f"{through:,.0f} MB/s",
+         f"{through / direct:.0%} of direct"),
+        ("read records through the mount", f"{records:,.0f} MB/s",
+         f"{records * 1e6 / (LINE + 1):,.0f} rec/s"),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000, help="lines cat into append")
-    parser.add_argument("--lookups", type=int, default=20_000, help="random by-offset open/read/close")
+    parser.add_argument("--lookups", type=int, default=20_000, help="random by-offset files per figure")
     parser.add_argument("--segment-bytes", default="64MiB")
     parser.add_argument("--rounds", type=int, default=2, help="engine/cat rounds (best of)")
+    parser.add_argument("--latency-seconds", type=float, default=5.0, help="per latency figure")
+    parser.add_argument("--loop", choices=("single", "multi"), default="single", help="libfuse loop")
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it")
     args = parser.parse_args()
 
@@ -124,67 +272,31 @@ def main() -> int:
             f.write(block)
     n = args.records // 10_000 * 10_000
 
-    rows: list[tuple[str, str, str]] = []
-    proc, mount = start_daemon(base, args.segment_bytes)
+    rows: list[Row] = []
+    proc, mount = start_daemon(base, args.segment_bytes, args.loop)
     try:
         log_dir = mount / "bench-0"
-        read_all(lines)  # the input in page cache
-        # Alternate engine and mount runs, each after a sync: with hundreds of MB written, dirty-page
-        # writeback throttling otherwise penalises whichever runs second. Best of `--rounds` each.
-        engine_rate = cat_rate = 0.0
-        for _i in range(args.rounds):
-            os.sync()
-            engine_rate = max(engine_rate, engine_append(base, n, 1000))
-            os.sync()
-            start = time.perf_counter()
-            subprocess.run(f"cat {lines} > {log_dir}/append", shell=True, check=True)
-            cat_rate = max(cat_rate, n / (time.perf_counter() - start))
-        end = json.loads((log_dir / "info").read_text())["end_offset"]
-        assert end == n * args.rounds, (end, n)
-        rows.append(("engine append_values, 100 B values, batches of 1000", f"{engine_rate:,.0f} rec/s",
-                     f"best of {args.rounds}"))
-        rows.append(("cat 100-byte lines > append", f"{cat_rate:,.0f} rec/s",
-                     f"{cat_rate / engine_rate:.0%} of engine"))
-        n = end
-
-        rng = random.Random(1)
-        offsets = [rng.randrange(n) for _ in range(args.lookups)]
-        start = time.perf_counter()
-        for offset in offsets:
-            fd = os.open(f"{log_dir}/by-offset/{offset}", os.O_RDONLY)
-            os.read(fd, 4096)
-            os.close(fd)
-        lookups = len(offsets) / (time.perf_counter() - start)
-        rows.append(("open/read/close random by-offset/<n>", f"{lookups:,.0f} files/s", "one process"))
-        hot = [offsets[i % 100] for i in range(args.lookups)]  # record cached: the FUSE path alone
-        start = time.perf_counter()
-        for offset in hot:
-            fd = os.open(f"{log_dir}/by-offset/{offset}", os.O_RDONLY)
-            os.read(fd, 4096)
-            os.close(fd)
-        rows.append(("open/read/close by-offset/<n>, 100 hot offsets",
-                     f"{len(hot) / (time.perf_counter() - start):,.0f} files/s", "FUSE overhead only"))
-
-        seg_names = sorted(p.name for p in (base / "data" / "bench-0").glob("*.log"))
-        direct = read_rate([base / "data" / "bench-0" / s for s in seg_names])
-        through = read_rate([log_dir / "segments" / s for s in seg_names])
-        rows.append(("read segments/*.log directly", f"{direct:,.0f} MB/s", f"{len(seg_names)} files"))
-        rows.append(("read segments/*.log through the mount", f"{through:,.0f} MB/s",
-                     f"{through / direct:.0%} of direct"))
-        records = read_rate([log_dir / "records"], rounds=1)
-        rows.append(("read records through the mount", f"{records:,.0f} MB/s",
-                     f"{records * 1e6 / (LINE + 1):,.0f} rec/s"))
+        appended, n = append_rows(base, lines, log_dir, n, args.rounds)
+        rows += appended
+        subprocess.run(["sync"], check=True)
+        rows += by_offset_rates(log_dir, n, args.lookups)
+        rows.append(engine_reads(base / "data" / "bench-0", n, args.lookups))
+        rows.append(latency_under(log_dir, n, [sys.executable, "-c", FSYNC_WRITER, str(log_dir / "append")],
+                                  args.latency_seconds, "a writer fsyncs every write"))
+        rows.append(latency_under(log_dir, n, ["sh", "-c", f"while :; do cat {log_dir}/records; done"],
+                                  args.latency_seconds, "another process reads records"))
+        rows += read_rows(base, log_dir)
     finally:
         stop_daemon(proc, mount)
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
 
     width = max(len(r[0]) for r in rows)
-    print(f"\nseglogfs FUSE benchmark ({n:,} records of {LINE} bytes)\n")
-    print(f"{'what':<{width}}  {'result':>18}  note")
-    print(f"{'-' * width}  {'-' * 18}  {'-' * 20}")
+    print(f"\nseglogfs FUSE benchmark ({n:,} records of {LINE} bytes, {args.loop}-threaded libfuse loop)\n")
+    print(f"{'what':<{width}}  {'result':>24}  note")
+    print(f"{'-' * width}  {'-' * 24}  {'-' * 20}")
     for what, result, note in rows:
-        print(f"{what:<{width}}  {result:>18}  {note}")
+        print(f"{what:<{width}}  {result:>24}  {note}")
     return 0
 
 

@@ -49,9 +49,11 @@ def _raise_open_files_limit() -> None:
 def _tune_malloc() -> None:
     """Keep the append path's ~1 MB numpy buffers on the heap (glibc only; must run before threads).
 
-    By default glibc serves blocks over 128 KiB with fresh mmaps, and each libfuse worker thread
-    gets its own arena: every write() then page-faults in new zeroed memory. Measured with `cat` of
-    2M 100-byte lines into append: 1.45 s by default, 0.78 s with these settings, same RSS (~50 MB).
+    By default glibc serves blocks over 128 KiB with fresh mmaps (and, in the multi-threaded loop
+    benchmarks can select, each libfuse worker thread gets its own arena): every write() then
+    page-faults in new zeroed memory. Measured with `cat` of
+    2M 100-byte lines into append (multi-threaded loop): 1.45 s by default, 0.78 s with these
+    settings, same RSS (~50 MB).
     """
     libc_name = ctypes.util.find_library("c")
     if not libc_name:

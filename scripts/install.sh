@@ -9,6 +9,8 @@ need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 ldconfig -p | grep -q 'libfuse3\.so\.3' || need_apt+=(libfuse3-3)
 command -v getfattr >/dev/null || need_apt+=(attr)
+# The read-path tests drive records.jsonl through jq (tests/fs/test_fs_views.py).
+command -v jq >/dev/null || need_apt+=(jq)
 # The failed-disk tests format a small ext4 loop volume (tests/test_daemon_faults.py).
 command -v mkfs.ext4 >/dev/null || need_apt+=(e2fsprogs)
 # Spark 4 needs Java 17 or newer.

@@ -13,6 +13,10 @@ One line is one JSON object::
 
 :func:`record_to_jsonl` writes the same format: text where the bytes are valid UTF-8, base64 otherwise,
 headers always as a list of pairs.
+
+:func:`columns_to_jsonl` writes the ``records.jsonl`` lines of a whole batch: the same format plus
+``offset`` and ``timestamp_type``, which :func:`parse_jsonl_line` accepts and ignores (so those lines
+append as they are), with every field present (``null`` / ``[]`` when empty).
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from json.encoder import encode_basestring  # ensure_ascii=False, in C
 from typing import Any
 
+import numpy as np
+
 from seglogfs.errors import InvalidRecordError
-from seglogfs.records import ProducerRecord, Record
+from seglogfs.records import ProducerRecord, Record, RecordColumns
 from seglogfs.timestamps import parse_iso8601_ms
 
 _FIELDS = frozenset({"value", "value_b64", "key", "key_b64", "headers", "timestamp"})
+#: what records.jsonl adds for readers; append.jsonl ignores them (the log assigns offsets, and an
+#: appended record's timestamp is CreateTime), so `cat a/records.jsonl > b/append.jsonl` copies a log
+_READ_ONLY_FIELDS = frozenset({"offset", "timestamp_type"})
 _MAX_TIMESTAMP = (1 << 63) - 1
 
 
@@ -125,9 +135,10 @@ def parse_jsonl_line(line: bytes | str) -> ProducerRecord:
         raise InvalidRecordError("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidRecordError(f"a line must be a JSON object, not {type(obj).__name__}")
-    unknown = set(obj) - _FIELDS
+    unknown = set(obj) - _FIELDS - _READ_ONLY_FIELDS
     if unknown:
-        raise InvalidRecordError(f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
+        allowed = sorted(_FIELDS | _READ_ONLY_FIELDS)
+        raise InvalidRecordError(f"unknown field(s) {sorted(unknown)}; allowed: {allowed}")
     return ProducerRecord(
         value=_bytes_field(obj, "value"),
         key=_bytes_field(obj, "key"),
@@ -169,3 +180,110 @@ def record_to_jsonl(record: ProducerRecord | Record) -> bytes:
     if record.timestamp is not None:
         obj["timestamp"] = record.timestamp
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+# ---------------------------------------------------------------- records.jsonl, a batch at a time
+#: the bytes a key or value may hold to be copied as they are between quotes: printable ASCII but the
+#: quote and the backslash (anything else goes through the UTF-8 decoder and the JSON escaper)
+_PLAIN = bytes(b for b in range(0x20, 0x80) if b not in b'"\\')
+_NOT_PLAIN = np.ones(256, dtype=bool)
+_NOT_PLAIN[np.frombuffer(_PLAIN, dtype=np.uint8)] = False
+_POWERS = np.array([10**j for j in range(1, 20)], dtype=np.uint64)
+
+
+def _is_plain(data: bytes) -> bool:
+    return not data.translate(None, _PLAIN)
+
+
+def _json_field(name: bytes, data: bytes | None) -> bytes:
+    """``"name":"text"``, ``"name_b64":"..."`` (not UTF-8) or ``"name":null``."""
+    if data is None:
+        return b'"%s":null' % name
+    if _is_plain(data):
+        return b'"%s":"%s"' % (name, data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return b'"%s_b64":"%s"' % (name, base64.b64encode(data))
+    return b'"%s":%s' % (name, encode_basestring(text).encode("utf-8"))
+
+
+def _headers_field(headers: Any) -> bytes:
+    if not headers:
+        return b"[]"
+    return json.dumps(headers_to_json(headers), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _line_format(cols: RecordColumns, value: bytes, key: bytes, headers: bytes) -> bytes:
+    stamp_type = cols.timestamp_type.kafka_name.encode()
+    return (
+        b'{"offset":%%d,"timestamp":%%s,"timestamp_type":"%s",%s,%s,"headers":%s}\n'
+        % (stamp_type, key, value, headers)
+    )
+
+
+def _all_plain(cols: RecordColumns) -> bool:
+    """No key, no headers, every value present and plain, every timestamp >= 0: the fast path."""
+    return (
+        cols.headers is None
+        and bool((cols.key_lengths < 0).all())
+        and bool((cols.value_lengths >= 0).all())
+        and bool((cols.timestamps >= 0).all())
+    )
+
+
+def columns_to_jsonl(cols: RecordColumns) -> bytes:
+    """The ``records.jsonl`` lines of one batch's records::
+
+        {"offset":5,"timestamp":1763800000000,"timestamp_type":"CreateTime","key":null,"value":"hi","headers":[]}
+
+    Each line is what :func:`record_to_jsonl` writes for the record (text where the bytes are UTF-8,
+    ``*_b64`` / ``{"b64": ...}`` where not) plus offset and timestamp type, every field present. A
+    timestamp below 0 (a legacy message without one) is ``null``.
+    """
+    if len(cols) == 0:
+        return b""
+    keys, values = cols.keys_and_values()
+    offsets = cols.offsets.tolist()
+    if _all_plain(cols) and _is_plain(b"".join(values)):  # checked at once: the common case
+        fmt = _line_format(cols, b'"value":"%s"', b'"key":null', b"[]").replace(b"%s", b"%d", 1)
+        return b"".join([fmt % line for line in zip(offsets, cols.timestamps.tolist(), values, strict=True)])
+    fmt = _line_format(cols, b"%s", b"%s", b"%s")
+    stamps = [b"%d" % t if t >= 0 else b"null" for t in cols.timestamps.tolist()]
+    if cols.headers is None:
+        headers = [b"[]"] * len(offsets)
+    else:  # records of one batch often carry the same headers: encode each distinct tuple once
+        encoded = {h: _headers_field(h) for h in set(cols.headers)}
+        headers = [encoded[h] for h in cols.headers]
+    lines = zip(
+        offsets,
+        stamps,
+        [_json_field(b"key", k) for k in keys],
+        [_json_field(b"value", v) for v in values],
+        headers,
+        strict=True,
+    )
+    return b"".join([fmt % line for line in lines])
+
+
+def jsonl_length(cols: RecordColumns) -> int:
+    """``len(columns_to_jsonl(cols))``, without building the lines when every record takes the fast
+    path (the digits of offsets and timestamps counted with numpy)."""
+    n = len(cols)
+    if n == 0:
+        return 0
+    lengths = cols.value_lengths
+    if not _all_plain(cols):
+        return len(columns_to_jsonl(cols))
+    data = cols.data
+    not_plain = np.concatenate(([0], np.cumsum(_NOT_PLAIN[data], dtype=np.int64)))
+    if (not_plain[cols.value_starts + lengths] != not_plain[cols.value_starts]).any():
+        return len(columns_to_jsonl(cols))
+    fixed = len(_line_format(cols, b'"value":""', b'"key":null', b"[]")) - 4  # without the two %d/%s
+    return n * fixed + _digits(cols.offsets) + _digits(cols.timestamps) + int(lengths.sum())
+
+
+def _digits(numbers: np.ndarray) -> int:
+    """How many decimal digits the (non-negative) ``numbers`` take, all together."""
+    x = numbers.astype(np.uint64)
+    return int(x.shape[0] + (x[:, None] >= _POWERS[None, :]).sum())

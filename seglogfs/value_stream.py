@@ -35,11 +35,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
-from seglogfs.records import BatchHeader, decode_batch_columns, read_batch_header
+from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment
+from seglogfs.stream_format import VALUES, StreamFormat
+from seglogfs.stream_totals import SealedTotal, remember_sealed_total, sealed_total
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
@@ -47,9 +47,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _NEWLINE = 10
-_TABLES_KEPT = 8  # sealed segments whose batch table stays in memory
-#: how long after the last size() with no reader open the stream may drop its hole: longer than the
-#: mount's attribute timeout (1 s), so no kernel still caches a size that counts it
+_TABLES_KEPT = 8  # sealed segments whose batch table stays in memory, and more while their tables
+_TABLE_ENTRIES_KEPT = 100_000  # hold this many batches (~100 bytes each): then no segment is counted twice
+#: how long after the last size() with no reader open the stream may drop its hole; the mount then
+#: invalidates the sizes the kernel cached (``rebases`` changes, seglogfs.fs.invalidation)
 QUIET_BEFORE_REBASE_S = 1.5
 
 
@@ -64,6 +65,7 @@ class _Segment:
     complete: bool = False  # sealed and fully scanned
     dropped: bool = False  # retention removed it from the log; readable while its file exists
     min_offset: int = -1  # batches wholly below it are not part of the stream (the log start offset)
+    first_position: int = 0  # where the scan starts (a from-stream's first segment: found by the index)
     next_offset: int = -1  # the offset after the last batch scanned (the base offset before any)
     # batch table: positions in the .log, sizes, and each batch's first byte within this segment's part
     positions: list[int] | None = field(default_factory=list)
@@ -73,51 +75,45 @@ class _Segment:
     def __post_init__(self) -> None:
         if self.next_offset < 0:
             self.next_offset = self.segment.base_offset
+        self.scanned = max(self.scanned, self.first_position)
 
     @property
     def base_offset(self) -> int:
         return self.segment.base_offset
+
+    @property
+    def whole(self) -> bool:
+        """Every batch of the segment counts in full (no first offset or start offset inside it)."""
+        return self.first_position == 0 and self.min_offset <= self.segment.base_offset
 
 
 class _Gone(Exception):
     """A dropped segment's file disappeared while it was being read (it is now part of the hole)."""
 
 
-def batch_values(buf: bytes, header: BatchHeader, path: str | None = None) -> bytes:
-    """The values of one batch's user records, each followed by a newline (``buf`` holds the batch)."""
-    cols = decode_batch_columns(buf, header, path=path)
-    n = len(cols)
-    if n == 0:
-        return b""
-    lengths = np.maximum(cols.value_lengths, 0)
-    sizes = lengths + 1
-    ends = np.cumsum(sizes)
-    total = int(ends[-1])
-    data = np.append(cols.data, np.uint8(_NEWLINE))  # index len(data) is the newline
-    index = np.repeat(cols.value_starts - (ends - sizes), sizes) + np.arange(total, dtype=np.int64)
-    index[ends - 1] = data.shape[0] - 1
-    return data[index].tobytes()
-
-
-def batch_value_bytes(buf: bytes, header: BatchHeader, path: str | None = None) -> int:
-    """How many stream bytes one batch contributes."""
-    cols = decode_batch_columns(buf, header, path=path)
-    return int(np.maximum(cols.value_lengths, 0).sum()) + len(cols)
-
-
 class ValueStream:
-    """The ``records`` file of ``log``: :meth:`size`, and reads by stable byte position."""
+    """The ``records`` file of ``log``: :meth:`size`, and reads by stable byte position.
 
-    def __init__(self, log: Log) -> None:
+    ``fmt`` chooses the bytes of each record (:data:`VALUES`, or :data:`~seglogfs.stream_format.JSON_LINES`
+    for ``records.jsonl``). With ``first_offset`` the stream is ``from/<n>``: it begins at the record
+    ``first_offset`` (or the first after it), whose batch the segment's offset index finds; the
+    segments before it are never read, and a new reader starts there (not at the log start offset).
+    """
+
+    def __init__(self, log: Log, *, first_offset: int | None = None, fmt: StreamFormat = VALUES) -> None:
         self.log = log
+        self.first_offset = first_offset
+        self.fmt = fmt
         self._lock = threading.RLock()
         self._hole = 0  # stream bytes of segments retention deleted and that can no longer be read
         self._hole_next_offset: int | None = None  # the offset after the hole's last record
         self._segments: OrderedDict[int, _Segment] = OrderedDict()  # base offset -> state, oldest first
         self._with_table: OrderedDict[int, None] = OrderedDict()  # LRU of sealed segments with a table
+        self._table_entries = 0  # batches in the tables of _with_table
         self._cached: tuple[int, int, bytes] | None = None  # (segment base, batch position, values)
         self._readers = 0  # open StreamReaders
         self._last_size = 0.0  # time.monotonic() of the last size()
+        self.rebases = 0  # how many times the stream dropped its hole (its size shrank)
 
     # ------------------------------------------------------------------ scanning
     def _open(self, seg: _Segment) -> int:
@@ -134,7 +130,11 @@ class ValueStream:
     def _scan(self, seg: _Segment, *, report: bool = True) -> None:
         """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now. A damaged
         batch contributes nothing: the walk resyncs on the next intact one, and (when ``report``) the
-        damage is logged once, naming the file, the position and the offsets skipped."""
+        damage is logged once, naming the file, the position and the offsets skipped. A sealed segment
+        another stream counted whole is taken from :mod:`seglogfs.stream_totals` (when ``report``: not for a
+        batch table's rescan), its batch table left to the first read."""
+        if report and seg.sealed and seg.whole and seg.scanned == 0 and self._adopt_total(seg):
+            return
         segment = seg.segment
         end = segment.size  # only complete batches lie below it
         damaged: list[Damage] = []
@@ -143,14 +143,16 @@ class ValueStream:
             for header, data in segment.iter_batches(
                 seg.scanned, end, fd=fd, sealed=seg.sealed, on_damage=damaged.append
             ):
+                included = header.last_offset >= seg.min_offset
+                path = str(segment.log_path)
                 try:
-                    nbytes = batch_value_bytes(data, header.at(0), str(segment.log_path))
+                    nbytes = self.fmt.count(data, header.at(0), path, self.first_offset) if included else 0
                 except CorruptRecordError as exc:  # its CRC holds, its records do not parse
                     damaged.append(Damage(header.position, header.end_position, str(exc).split(" in ", 1)[0]))
                     continue
                 if damaged:
                     self._skipped(seg, damaged, header.base_offset, report=report)
-                if header.last_offset >= seg.min_offset:
+                if included:
                     if seg.positions is not None:
                         seg.positions.append(header.position)
                         seg.sizes.append(header.size)
@@ -167,6 +169,19 @@ class ValueStream:
             self._skipped(seg, damaged, segment.offset_limit, report=report)
         if seg.sealed:
             seg.complete = True  # a torn or garbage tail of a sealed segment never completes
+            if report and seg.whole and not seg.dropped:
+                total = SealedTotal(seg.nbytes, seg.scanned, seg.next_offset)
+                remember_sealed_total(segment, self.fmt.name, total)
+
+    def _adopt_total(self, seg: _Segment) -> bool:
+        """Take ``seg``'s counts from another stream's whole scan; False when there is none."""
+        total = sealed_total(seg.segment, self.fmt.name)
+        if total is None:
+            return False
+        seg.nbytes, seg.scanned, seg.next_offset = total.nbytes, total.scanned, total.next_offset
+        seg.positions = seg.sizes = seg.starts = None  # built by _table when a read needs them
+        seg.complete = True
+        return True
 
     def _skipped(
         self, seg: _Segment, damaged: list[Damage], next_offset: int | None, *, report: bool
@@ -209,7 +224,7 @@ class ValueStream:
             except _Gone:
                 self._forget_through(seg)
                 continue
-            if seg.complete:
+            if seg.complete and seg.positions is not None:
                 self._remember_table(seg)
 
     def _raise_if_gone(self, seg: _Segment) -> None:
@@ -238,10 +253,11 @@ class ValueStream:
                 newest = next(reversed(self._segments.values()), None)
                 if newest is not None and segment.base_offset < newest.base_offset:
                     continue  # older than what the stream already counts: not part of it
+                fresh = not self._segments and not self._hole
+                if fresh and self._before_first_offset(candidates, k):
+                    continue
                 self._check_continuity(newest, segment.base_offset)
-                # The stream begins at the log start offset, which may lie inside its first segment.
-                first = -1 if self._segments or self._hole else self.log.start_offset
-                state = self._segments[segment.base_offset] = _Segment(segment, min_offset=first)
+                state = self._segments[segment.base_offset] = self._new_segment(segment, fresh=fresh)
             state.dropped = state.dropped or k < len(retired)
             state.sealed = state.sealed or state.dropped or k + 1 < len(candidates)
         self._scan_incomplete()
@@ -251,11 +267,29 @@ class ValueStream:
             self._forget_through(seg)  # purged: its bytes can no longer be read
         return list(self._segments.values())
 
+    def _before_first_offset(self, candidates: list[LogSegment], k: int) -> bool:
+        """Whether ``candidates[k]`` lies wholly before a from-stream's first offset."""
+        first = self.first_offset
+        return first is not None and k + 1 < len(candidates) and candidates[k + 1].base_offset <= first
+
+    def _new_segment(self, segment: LogSegment, *, fresh: bool) -> _Segment:
+        """The state of a segment the stream meets for the first time (``fresh``: its first)."""
+        if self.first_offset is not None:
+            position = 0
+            if fresh and self.first_offset > segment.base_offset:
+                # the indexed batch at or before the first offset: the scan skips the few before it
+                position = segment.offset_index.lookup(self.first_offset).position
+            return _Segment(segment, min_offset=self.first_offset, first_position=position)
+        # The stream begins at the log start offset, which may lie inside its first segment.
+        return _Segment(segment, min_offset=self.log.start_offset if fresh else -1)
+
     def _forget_through(self, gone: _Segment) -> None:
         """Turn ``gone`` and every segment before it into hole."""
         while self._segments:
             base, seg = self._segments.popitem(last=False)
-            self._with_table.pop(base, None)
+            if base in self._with_table:
+                del self._with_table[base]
+                self._table_entries -= len(seg.positions or ())
             self._hole += seg.nbytes
             self._hole_next_offset = seg.next_offset
             if seg is gone:
@@ -264,18 +298,24 @@ class ValueStream:
             self._cached = None
 
     def _remember_table(self, seg: _Segment) -> None:
+        if seg.base_offset not in self._with_table:
+            self._table_entries += len(seg.positions)
         self._with_table[seg.base_offset] = None
         self._with_table.move_to_end(seg.base_offset)
-        while len(self._with_table) > _TABLES_KEPT:
+        while len(self._with_table) > _TABLES_KEPT and self._table_entries > _TABLE_ENTRIES_KEPT:
             base, _ = self._with_table.popitem(last=False)
             old = self._segments.get(base)
-            if old is not None:
+            if old is not None and old.positions is not None:
+                self._table_entries -= len(old.positions)
                 old.positions = old.sizes = old.starts = None
 
     def _table(self, seg: _Segment) -> _Segment:
         """``seg`` with its batch table (rescanning a sealed segment whose table was dropped)."""
         if seg.positions is None:
-            fresh = _Segment(seg.segment, sealed=True, dropped=seg.dropped, min_offset=seg.min_offset)
+            fresh = _Segment(
+                seg.segment, sealed=True, dropped=seg.dropped, min_offset=seg.min_offset,
+                first_position=seg.first_position,
+            )
             self._scan(fresh, report=False)  # its damage was logged by the first scan
             seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
         if seg.complete:
@@ -293,7 +333,7 @@ class ValueStream:
         finally:
             os.close(fd)
         header = read_batch_header(buf, 0, path=seg.segment.log_path)
-        values = batch_values(buf, header, str(seg.segment.log_path))
+        values = self.fmt.render(buf, header, str(seg.segment.log_path), self.first_offset)
         self._cached = (seg.base_offset, position, values)
         return values
 
@@ -346,6 +386,7 @@ class ValueStream:
         dropped = [seg for seg in self._refresh() if seg.dropped]  # they lead: segments are in order
         if dropped:
             self._forget_through(dropped[-1])
+        self.rebases += bool(self._hole)  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
         self._hole = 0
 
     def bounds(self) -> tuple[int, int]:

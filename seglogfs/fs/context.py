@@ -12,15 +12,21 @@ from collections import OrderedDict
 from seglogfs.fs.access import Access
 from seglogfs.fs.errors import fail
 from seglogfs.fs.paths import Node
+from seglogfs.fs.views import StreamViews
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.records import Record
+from seglogfs.stream_format import VALUES
 from seglogfs.value_stream import ValueStream
 
 #: st_blksize of every file: `cat`, `cp` and Python size their buffers from it (cpython#117151), so
 #: they read and write 1 MiB at a time instead of 128 KiB.
 BLOCK_SIZE = 1 << 20
-_RECORD_CACHE_SIZE = 1024
+#: bytes of recently read records the mount keeps (values, keys, plus ~200 bytes of object a record):
+#: the kernel keeps a by-offset file's pages, but each open still asks for its record, so a script
+#: re-reading ~40,000 small records opens them without going back to the segments
+RECORD_CACHE_BYTES = 8 << 20
+_RECORD_OVERHEAD = 200
 
 
 class MountContext:
@@ -37,9 +43,10 @@ class MountContext:
         self.file_mode = stat.S_IFREG | access.file_mode()
         self.append_mode = stat.S_IFREG | access.append_mode(writable=not read_only)
         self.started_ns = time.time_ns()
-        self._streams: dict[str, ValueStream] = {}
-        self._streams_lock = threading.Lock()
+        #: every stream view of every log (records, records.jsonl, from/<n>...)
+        self.views = StreamViews()
         self._records: OrderedDict[tuple[str, int], Record] = OrderedDict()
+        self._records_bytes = 0
         self._records_lock = threading.Lock()
 
     def attrs(self, mode: int, size: int = 0, mtime_ns: int | None = None, nlink: int = 1) -> dict[str, int]:
@@ -75,24 +82,36 @@ class MountContext:
         return (json.dumps({"name": name, "offline": True, "reason": reason}, indent=2) + "\n").encode()
 
     def record(self, lg: Log, offset: int) -> Record:
-        """``Log.read`` behind a small LRU: a lookup, open and getxattr of one offset read it once."""
+        """``Log.read`` behind an LRU of :data:`RECORD_CACHE_BYTES`: a lookup, open and getxattr of one
+        offset read it once, and so do opens of files read again."""
         key = (lg.name, offset)
         with self._records_lock:
             record = self._records.get(key)
-            if record is not None:
+            if record is not None and offset >= lg.start_offset:  # else retention took it: ask lg
                 self._records.move_to_end(key)
                 return record
         record = lg.read(offset)
         with self._records_lock:
+            old = self._records.pop(key, None)
+            if old is not None:
+                self._records_bytes -= _weight(old)
             self._records[key] = record
-            if len(self._records) > _RECORD_CACHE_SIZE:
-                self._records.popitem(last=False)
+            self._records_bytes += _weight(record)
+            while self._records_bytes > RECORD_CACHE_BYTES and self._records:
+                self._records_bytes -= _weight(self._records.popitem(last=False)[1])
         return record
+
+    def forget_records(self, name: str) -> None:
+        """Drop the cached records of log ``name`` (compaction removed some of its offsets)."""
+        with self._records_lock:
+            for key in [k for k in self._records if k[0] == name]:
+                self._records_bytes -= _weight(self._records.pop(key))
 
     def stream(self, lg: Log) -> ValueStream:
         """The `records` view of ``lg`` (one per log, shared by its readers)."""
-        with self._streams_lock:
-            stream = self._streams.get(lg.name)
-            if stream is None or stream.log is not lg:
-                stream = self._streams[lg.name] = ValueStream(lg)
-            return stream
+        return self.views.stream(lg, None, VALUES)
+
+
+def _weight(record: Record) -> int:
+    """Roughly the bytes a cached record holds."""
+    return _RECORD_OVERHEAD + len(record.value or b"") + len(record.key or b"")

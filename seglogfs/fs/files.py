@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import time
+from typing import ClassVar
 
 from mfusepy import fuse_file_info
 
@@ -22,9 +23,12 @@ from seglogfs.fs.context import MountContext
 from seglogfs.fs.errors import fail
 from seglogfs.fs.handles import DescriptorFile, OpenFile, SnapshotFile, StreamFile
 from seglogfs.fs.paths import DIRECTORIES, LOG_ENTRIES, Kind, Node
+from seglogfs.fs.views import StreamViews
 from seglogfs.jsonl import headers_to_json
 from seglogfs.log import Log
 from seglogfs.log_dir_files import LogDirFiles
+from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
+from seglogfs.value_stream import ValueStream
 
 #: one readdir entry: name, st_mode type bits, offset (0: the whole listing at once)
 DirEntry = tuple[str, int, int]
@@ -32,12 +36,15 @@ _DOTS: tuple[DirEntry, ...] = ((".", stat.S_IFDIR, 0), ("..", stat.S_IFDIR, 0))
 _LOG_DIR_ENTRIES: tuple[DirEntry, ...] = tuple(
     (name, stat.S_IFDIR if kind in DIRECTORIES else stat.S_IFREG, 0) for name, kind in LOG_ENTRIES.items()
 )
+_LOG_DIR_NLINK = 2 + sum(kind in DIRECTORIES for kind in LOG_ENTRIES.values())  # ".", its entry, subdirs
 
 
 class FileKind:
     """How the paths of one kind behave. The defaults: no listing, no link, no xattrs."""
 
     __slots__ = ("ctx",)
+    #: its size or content changes as the log does: the mount invalidates what the kernel cached
+    grows: ClassVar[bool] = False
 
     def __init__(self, ctx: MountContext) -> None:
         self.ctx = ctx
@@ -97,7 +104,7 @@ class LogDir(Directory):
         if node.log in self.ctx.manager.offline:
             return self.ctx.attrs(self.ctx.listing_mode, nlink=2)
         self.ctx.log(node)
-        return self.ctx.attrs(self.ctx.dir_mode, nlink=5)
+        return self.ctx.attrs(self.ctx.dir_mode, nlink=_LOG_DIR_NLINK)
 
     def readdir(self, node: Node) -> list[DirEntry]:
         if node.log in self.ctx.manager.offline:
@@ -237,6 +244,7 @@ class RecordsFile(ReadOnlyFile):
     """``records``: every value and a newline (:class:`ValueStream`); grows as the log does."""
 
     __slots__ = ()
+    grows = True
 
     def getattr(self, node: Node) -> dict[str, int]:
         lg = self.ctx.log(node)
@@ -254,6 +262,7 @@ class InfoFile(ReadOnlyFile):
     """``info``: the log's offsets, segments and config as JSON (for an offline log: why it is)."""
 
     __slots__ = ()
+    grows = True
 
     def getattr(self, node: Node) -> dict[str, int]:
         data = self.ctx.offline_info(node.log)
@@ -294,8 +303,43 @@ class SegmentFile(ReadOnlyFile):
         return handle
 
 
+class StreamView(ReadOnlyFile):
+    """``records.jsonl``, ``from/<n>``, ``from/<n>.jsonl``: a :class:`ValueStream` of the log in a
+    format, from the log start or from offset n (``node.number``); grows as the log does.
+
+    ``from/<n>`` below the log start offset is ENOENT (retention removed it, as ``by-offset/<n>``); at
+    or past the end it is an empty file that grows from record n on."""
+
+    __slots__ = ("fmt", "views")
+    grows = True
+
+    def __init__(self, ctx: MountContext, views: StreamViews, fmt: StreamFormat) -> None:
+        super().__init__(ctx)
+        self.views = views
+        self.fmt = fmt
+
+    def _stream(self, lg: Log, node: Node) -> ValueStream:
+        first = node.number
+        if first is not None and first < lg.start_offset:
+            self.views.forget(lg, first)
+            raise fail(errno.ENOENT)
+        return self.views.stream(lg, first, self.fmt)
+
+    def getattr(self, node: Node) -> dict[str, int]:
+        lg = self.ctx.log(node)
+        size = self._stream(lg, node).size()
+        last = lg.last_timestamp
+        return self.ctx.attrs(self.ctx.file_mode, size, None if last is None else last * 1_000_000)
+
+    def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
+        reader = self._stream(lg, node).reader()
+        fi.direct_io = 1  # grows: read whatever is there now, whatever st_size said
+        return StreamFile(reader)
+
+
 def file_kinds(ctx: MountContext) -> dict[Kind, FileKind]:
     """One behaviour per :class:`Kind`, sharing ``ctx``."""
+    views = ctx.views
     return {
         Kind.ROOT: RootDir(ctx),
         Kind.LOG: LogDir(ctx),
@@ -303,6 +347,10 @@ def file_kinds(ctx: MountContext) -> dict[Kind, FileKind]:
         Kind.APPEND_JSONL: AppendFile(ctx, JsonLineAppender),
         Kind.APPEND_RAW: AppendFile(ctx, RawAppender),
         Kind.RECORDS: RecordsFile(ctx),
+        Kind.RECORDS_JSONL: StreamView(ctx, views, JSON_LINES),
+        Kind.FROM_DIR: Listing(ctx),  # listed empty, as by-time/: any offset opens
+        Kind.FROM: StreamView(ctx, views, VALUES),
+        Kind.FROM_JSONL: StreamView(ctx, views, JSON_LINES),
         Kind.INFO: InfoFile(ctx),
         Kind.BY_OFFSET_DIR: ByOffsetDir(ctx),
         Kind.BY_TIME_DIR: Listing(ctx),

@@ -17,6 +17,9 @@ from seglogfs.fs.operations import SeglogOperations
 log = logging.getLogger("seglogfs.fs")
 
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
+ATTR_TIMEOUT_S = 3600.0
+#: "multi" serves with libfuse's multi-threaded loop instead of the single-threaded one (benchmarks)
+FUSE_LOOP_VARIABLE = "SEGLOGFS_FUSE_LOOP"
 
 
 def mount_options(*, read_only: bool, allow_other: bool) -> dict[str, object]:
@@ -24,11 +27,12 @@ def mount_options(*, read_only: bool, allow_other: bool) -> dict[str, object]:
     return {
         "fsname": "seglogfs",
         "subtype": "seglogfs",
-        # 1 s attr/entry timeouts (libfuse's and rclone's default): `tail -f records` polls fstat every
-        # second and sees growth within two; immutable by-offset files are kept by keep_cache instead.
-        # Long timeouts would serve stale sizes of `records`/`info` and of the active segment.
-        "attr_timeout": 1.0,
-        "entry_timeout": 1.0,
+        # An hour: the kernel answers lookups and stat of everything by itself, and re-reads of
+        # immutable files (keep_cache) never reach us. What changes is invalidated explicitly when it
+        # does (seglogfs.fs.invalidation), so `records`, `info` and the active segment are never staler
+        # than its poll interval. The timeouts are mount-wide in libfuse's high-level API.
+        "attr_timeout": ATTR_TIMEOUT_S,
+        "entry_timeout": ATTR_TIMEOUT_S,
         # 0: a lookup of an offset that does not exist yet must be asked again, so clients can poll.
         "negative_timeout": 0.0,
         "ro": read_only,
@@ -52,13 +56,23 @@ def run_mount(
     allow_other: bool = False,
     debug: bool = False,
 ) -> None:
-    """Serve ``ops`` on ``mount_point`` until it is unmounted (blocks; multi-threaded, foreground).
+    """Serve ``ops`` on ``mount_point`` until it is unmounted (blocks; one thread, foreground).
 
     libfuse installs its SIGTERM/SIGINT handlers here (only where the disposition is still SIG_DFL):
     they end the loop and unmount, and this function returns.
     """
     options = mount_options(read_only=read_only, allow_other=allow_other)
-    mfusepy.FUSE(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, **options)
+    # One thread: every ctypes callback from libfuse's worker threads pays a Python thread-state setup
+    # and GIL hand-offs (measured by bench/fuse.py; SEGLOGFS_FUSE_LOOP=multi runs the other loop to
+    # compare). A slow request (fsync, a first read of a big log) delays the others: bench/fuse.py
+    # measures by-offset latency beside an fsyncing writer and a reader of `records`.
+    single = os.environ.get(FUSE_LOOP_VARIABLE, "single") != "multi"
+    if not single:
+        # libfuse 3.14 passes its unset default (UINT_MAX) on and prints "Ignoring invalid max threads
+        # value 4294967295 > max (100000)" at every start of the multi-threaded loop: give it a value.
+        options["max_idle_threads"] = 10
+    mfusepy.FUSE(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, nothreads=single,
+                 **options)
 
 
 _DEAD_CONNECTION = (errno.ENOTCONN, errno.ECONNABORTED)  # killed daemon; aborted connection

@@ -26,6 +26,7 @@ from seglogfs.fs.context import BLOCK_SIZE, MountContext
 from seglogfs.fs.errors import fail, fuse_errors
 from seglogfs.fs.files import DirEntry, file_kinds
 from seglogfs.fs.handles import OpenFile
+from seglogfs.fs.invalidation import Notifier, PathNotes, growing_kinds, libfuse_invalidator
 from seglogfs.fs.paths import WRITABLE, parse_path
 from seglogfs.log_manager import LogManager
 
@@ -63,6 +64,10 @@ class SeglogOperations(mfusepy.Operations):
             manager, read_only=read_only, access=access if access is not None else Access.of_process()
         )
         self._kinds = file_kinds(self.context)
+        #: what getattr answered that may change: the notifier invalidates it when it does
+        self.notes = PathNotes(growing_kinds(self._kinds))
+        self._noted_kinds = self.notes.kinds
+        self.notifier: Notifier | None = None
         self._handles: dict[int, OpenFile] = {}
         self._next_fh = itertools.count(1)
 
@@ -88,11 +93,18 @@ class SeglogOperations(mfusepy.Operations):
                 getattr(conn, "max_read", 0),
                 conn.max_readahead,
             )
+        # libfuse's init runs in a request: the only place that names the mount for invalidations
+        self.notifier = Notifier(self.manager, self.notes, libfuse_invalidator(),
+                                 forget_records=self.context.forget_records,
+                                 stream_rebases=self.context.views.rebases)
+        self.notifier.start()
         if self.on_init is not None:
             self.on_init(conn, config)
 
     def destroy(self, path: str) -> None:
-        """Commit what writers left behind when the mount goes away."""
+        """Stop invalidating and commit what writers left behind when the mount goes away."""
+        if self.notifier is not None:
+            self.notifier.stop()
         for fh in list(self._handles):
             handle = self._handles.pop(fh, None)
             if handle is not None:
@@ -102,7 +114,10 @@ class SeglogOperations(mfusepy.Operations):
     @fuse_errors
     def getattr(self, path: str, fi: fuse_file_info | None = None) -> dict[str, int]:
         node = parse_path(path)
-        return self._kinds[node.kind].getattr(node)
+        attrs = self._kinds[node.kind].getattr(node)
+        if node.kind in self._noted_kinds:  # the kernel keeps this answer for an hour unless told
+            self.notes.note(node, path)
+        return attrs
 
     @fuse_errors
     def readdir(self, path: str, fh: int) -> Iterator[DirEntry]:
@@ -113,6 +128,11 @@ class SeglogOperations(mfusepy.Operations):
     def readlink(self, path: str) -> str:
         node = parse_path(path)
         return self._kinds[node.kind].readlink(node)
+
+    def ioctl(self, path: str, cmd: int, arg: object, fi: fuse_file_info, flags: int, data: object) -> int:
+        # Python's buffered open() asks isatty() (TCGETS) on every file: answer at once. ENOTTY, the
+        # errno of a file that is no terminal; libfuse's default for a missing ioctl is ENOSYS.
+        return -errno.ENOTTY
 
     @fuse_errors
     def statfs(self, path: str) -> dict[str, int]:
@@ -165,6 +185,8 @@ class SeglogOperations(mfusepy.Operations):
         if len(parts) != 1:
             raise fail(errno.EPERM)  # the layout inside a log is fixed
         self.manager.create_log(parts[0])  # InvalidLogNameError -> EINVAL
+        if self.notifier is not None:
+            self.notifier.poke()  # the root's link count changed
         return 0
 
     # Records and logs are never removed through the mount (retention does that): EPERM, not EROFS,

@@ -24,13 +24,17 @@ class Kind(Enum):
     APPEND_JSONL = "append.jsonl"
     APPEND_RAW = "append.raw"
     RECORDS = "records"
+    RECORDS_JSONL = "records.jsonl"
     INFO = "info"
     BY_OFFSET_DIR = "by-offset"
     BY_TIME_DIR = "by-time"
     SEGMENTS_DIR = "segments"
+    FROM_DIR = "from"
     BY_OFFSET = "by-offset/<n>"
     BY_TIME = "by-time/<ts>"
     SEGMENT_FILE = "segments/<file>"
+    FROM = "from/<n>"
+    FROM_JSONL = "from/<n>.jsonl"
 
 
 #: names inside a log directory, in `ls` order
@@ -40,13 +44,23 @@ LOG_ENTRIES: dict[str, Kind] = {
     "append.raw": Kind.APPEND_RAW,
     "by-offset": Kind.BY_OFFSET_DIR,
     "by-time": Kind.BY_TIME_DIR,
+    "from": Kind.FROM_DIR,
     "info": Kind.INFO,
     "records": Kind.RECORDS,
+    "records.jsonl": Kind.RECORDS_JSONL,
     "segments": Kind.SEGMENTS_DIR,
 }
 WRITABLE = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.APPEND_RAW})
-DIRECTORIES = frozenset({Kind.ROOT, Kind.LOG, Kind.BY_OFFSET_DIR, Kind.BY_TIME_DIR, Kind.SEGMENTS_DIR})
-_CHILD_KINDS = {"by-offset": Kind.BY_OFFSET, "by-time": Kind.BY_TIME, "segments": Kind.SEGMENT_FILE}
+DIRECTORIES = frozenset(
+    {Kind.ROOT, Kind.LOG, Kind.BY_OFFSET_DIR, Kind.BY_TIME_DIR, Kind.SEGMENTS_DIR, Kind.FROM_DIR}
+)
+_CHILD_KINDS = {
+    "by-offset": Kind.BY_OFFSET,
+    "by-time": Kind.BY_TIME,
+    "segments": Kind.SEGMENT_FILE,
+    "from": Kind.FROM,
+}
+_JSONL = ".jsonl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,7 @@ class Node:
     kind: Kind
     log: str | None = None
     name: str | None = None  # segment file name, or the original text of an offset / timestamp
-    number: int | None = None  # offset (by-offset) or epoch ms (by-time)
+    number: int | None = None  # offset (by-offset, from) or epoch ms (by-time)
 
 
 def _enoent() -> FuseOSError:
@@ -102,6 +116,10 @@ def parse_path(path: str) -> Node:
         return Node(child, log, name, parse_offset(name))
     if child is Kind.BY_TIME:
         return Node(child, log, name, parse_time(name))
+    if child is Kind.FROM:
+        if name.endswith(_JSONL):
+            return Node(Kind.FROM_JSONL, log, name, parse_offset(name[: -len(_JSONL)]))
+        return Node(child, log, name, parse_offset(name))
     if name.startswith("."):  # the real files never start with a dot; keeps ".", ".." and probes out
         raise _enoent()
     return Node(child, log, name)

@@ -83,7 +83,7 @@ def test_kill_9_mid_append_then_recover(seglogd) -> None:  # noqa: F811
     confirmed = max((int(x) for x in lines if x.isdigit()), default=0)
     assert confirmed > 0
     with pytest.raises(OSError) as stale:
-        os.stat(d.mount)
+        os.statvfs(d.mount)
     assert stale.value.errno == errno.ENOTCONN  # what a killed FUSE daemon leaves behind
     d.start()
     assert "stale mount" in d.stderr()

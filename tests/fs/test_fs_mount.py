@@ -202,7 +202,8 @@ def test_ls_by_offset_respects_listing_limit(mnt: Seglogd) -> None:
 def test_info_and_ls(mnt: Seglogd) -> None:
     assert set(os.listdir(mnt.mount)) == set(LOGS)
     assert sorted(os.listdir(mnt / "events-0")) == sorted(
-        ["append", "append.jsonl", "append.raw", "by-offset", "by-time", "info", "records", "segments"])
+        ["append", "append.jsonl", "append.raw", "by-offset", "by-time", "from", "info", "records",
+         "records.jsonl", "segments"])
     data = info(mnt, "events-0")
     assert data["end_offset"] >= data["start_offset"] == 0
     for key in ("segments", "bytes", "first_timestamp", "last_timestamp", "config"):
