@@ -370,6 +370,11 @@ class ValueStream:
         return b"".join(out)
 
     # ------------------------------------------------------------------ public
+    @property
+    def readers(self) -> int:
+        """How many :class:`StreamReader` of this stream are open."""
+        return self._readers
+
     def size(self) -> int:
         """The current length of the stream in bytes (it never shrinks while a reader is open)."""
         with self._lock:

@@ -321,15 +321,22 @@ class StreamView(ReadOnlyFile):
     def _stream(self, lg: Log, node: Node) -> ValueStream:
         first = node.number
         if first is not None and first < lg.start_offset:
-            self.views.forget(lg, first)
-            raise fail(errno.ENOENT)
+            # Gone for new readers, but a reader that has it open keeps following it, as one of
+            # `records` does: `tail -f` polls with fstat, whose GETATTR carries no file handle.
+            stream = self.views.open_stream(lg, first, self.fmt)
+            if stream is None:
+                self.views.forget(lg, first)
+                raise fail(errno.ENOENT)
+            return stream
         return self.views.stream(lg, first, self.fmt)
 
     def getattr(self, node: Node) -> dict[str, int]:
         lg = self.ctx.log(node)
-        size = self._stream(lg, node).size()
+        return self._attrs(lg, self._stream(lg, node))
+
+    def _attrs(self, lg: Log, stream: ValueStream) -> dict[str, int]:
         last = lg.last_timestamp
-        return self.ctx.attrs(self.ctx.file_mode, size, None if last is None else last * 1_000_000)
+        return self.ctx.attrs(self.ctx.file_mode, stream.size(), None if last is None else last * 1_000_000)
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
         reader = self._stream(lg, node).reader()

@@ -76,6 +76,9 @@ class _LogNotes:
     time_links: dict[str, None] = field(default_factory=dict)
     offsets: set[int] = field(default_factory=set)
     lowest_offset: int | None = None  # once `offsets` overflowed: the lowest offset ever noted
+    #: by-offset paths not spelled the plain way (``by-offset/007``), with their offsets: the kernel
+    #: caches each spelling apart, and the plain path built from an offset would miss them
+    odd_spellings: dict[str, int] = field(default_factory=dict)
 
 
 def _note(paths: dict[str, None], path: str) -> None:
@@ -102,6 +105,10 @@ class PathNotes:
             if notes is None:
                 notes = self._logs[node.log] = _LogNotes()  # type: ignore[index]
             if node.kind is Kind.BY_OFFSET:
+                if node.name != str(node.number):
+                    notes.odd_spellings[path] = node.number  # type: ignore[assignment]
+                    if len(notes.odd_spellings) > MAX_NOTED:
+                        del notes.odd_spellings[next(iter(notes.odd_spellings))]
                 self._note_offset(notes, node.number)  # type: ignore[arg-type]
             elif node.kind is Kind.SEGMENT_FILE:
                 _note(notes.segment_files, node.name)  # type: ignore[arg-type]
@@ -127,7 +134,7 @@ class PathNotes:
             if notes is None:
                 return _LogNotes()
             return _LogNotes(dict(notes.growing), dict(notes.segment_files), dict(notes.time_links),
-                             set(notes.offsets), notes.lowest_offset)
+                             set(notes.offsets), notes.lowest_offset, dict(notes.odd_spellings))
 
     def forget(self, name: str, *, growing: Iterable[str] = (), segment_files: Iterable[str] = (),
                time_links: Iterable[str] = (), offsets_below: int | None = None) -> None:
@@ -144,6 +151,7 @@ class PathNotes:
                 notes.time_links.pop(path, None)
             if offsets_below is not None:
                 notes.offsets = {o for o in notes.offsets if o >= offsets_below}
+                notes.odd_spellings = {p: o for p, o in notes.odd_spellings.items() if o >= offsets_below}
                 if notes.lowest_offset is not None and notes.lowest_offset < offsets_below:
                     notes.lowest_offset = offsets_below
 
@@ -302,7 +310,8 @@ class Notifier:
             first = notes.lowest_offset if old is None else max(notes.lowest_offset, old.start)
             last = min(new.start, first + _MAX_RANGE_INVALIDATIONS)
             doomed.update(range(first, last))
-        return self._paths(f"/{name}/by-offset/{o}" for o in sorted(doomed))
+        odd = [path for path, o in notes.odd_spellings.items() if o in doomed or o < new.start]
+        return self._paths([*(f"/{name}/by-offset/{o}" for o in sorted(doomed)), *odd])
 
 
 def _replaced(old: LogState, new: LogState) -> bool:

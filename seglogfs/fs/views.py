@@ -43,6 +43,12 @@ class StreamViews:
                 self._evict()
             return stream
 
+    def open_stream(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> ValueStream | None:
+        """The kept stream of ``lg`` in ``fmt`` from ``first_offset`` if a reader has it open, else None."""
+        with self._lock:
+            stream = self._streams.get((lg.name, first_offset, fmt.name))
+            return stream if stream is not None and stream.log is lg and stream.readers else None
+
     def rebases(self, name: str) -> int:
         """How many times the streams of log ``name`` dropped their hole (their sizes shrank): a
         change the kernel's cached sizes must hear of (:mod:`seglogfs.fs.invalidation`)."""
@@ -56,8 +62,9 @@ class StreamViews:
                 del self._streams[key]
 
     def _evict(self) -> None:
-        """Drop the least recently used ``from/<n>`` stream (the whole-log ones stay)."""
-        for key in self._streams:
-            if key[1] is not None:
+        """Drop the least recently used ``from/<n>`` stream nobody has open (the whole-log ones stay;
+        an open one must stay findable: see :meth:`open_stream`)."""
+        for key, stream in self._streams.items():
+            if key[1] is not None and not stream.readers:
                 del self._streams[key]
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import select
 import subprocess
@@ -143,6 +144,46 @@ def test_retention_removes_segments_and_offsets(mnt: Seglogd) -> None:
     eventually(lambda: missing(log / "segments" / first_log), "the deleted segment's stat is ENOENT")
     with pytest.raises(FileNotFoundError):
         (log / "by-offset" / "0").read_bytes()
+
+
+def test_retention_makes_every_spelling_of_a_removed_offset_enoent(mnt: Seglogd) -> None:
+    """The kernel caches `by-offset/0001` apart from `by-offset/1`: both must go when 1 does."""
+    log = mnt / "retained-0"
+    first = int(json.loads((log / "info").read_text())["end_offset"])
+    append(log / "append", [f"{i:0100d}" for i in range(5)])
+    spellings = [log / "by-offset" / name for name in (f"{first + 1}", f"000{first + 1}", f"0{first + 2}")]
+    assert all(size(path) == 100 for path in spellings)  # cached in the kernel now
+    append(log / "append", [f"{i:0100d}" for i in range(200)])  # rolls; retention passes them
+    for path in spellings:
+        eventually(lambda path=path: missing(path), f"{path.name} is ENOENT", 10)
+
+
+def test_tail_f_from_n_keeps_following_when_retention_passes_n(mnt: Seglogd, tmp_path: Path) -> None:
+    """An open from/<n> keeps its stream (fstat answers through the open file), as records does."""
+    log = mnt / "retained-0"
+    n = int(json.loads((log / "info").read_text())["end_offset"])
+    append(log / "append", [f"{i:0100d}" for i in range(3)])
+    out = tmp_path / "tail.out"
+    with open(out, "wb") as sink:
+        tail = subprocess.Popen(["tail", "-c", "+1", "-f", str(log / "from" / str(n))], stdout=sink,
+                                stderr=subprocess.STDOUT)
+        try:
+            eventually(lambda: out.read_bytes().count(b"\n") >= 3, "tail printed the first lines")
+            for k in range(6):  # several rolls: retention removes offset n meanwhile
+                append(log / "append", [f"{i:0100d}" for i in range(3 + 30 * k, 3 + 30 * (k + 1))])
+            eventually(lambda: json.loads((log / "info").read_text())["start_offset"] > n,
+                       "retention passed n", 10)
+            last = b"%0100d\n" % 182
+            eventually(lambda: out.read_bytes().endswith(last), "tail followed to the last append", 10)
+            assert tail.poll() is None, out.read_text()[-300:]
+        finally:
+            tail.kill()
+            tail.wait()
+    # Retention may overtake the reader between records (it then goes on from the new log start,
+    # as a reader of `records` does): in order, never repeated or torn.
+    values = [int(line) for line in out.read_bytes().split(b"\n")[:-1]]
+    assert values[:3] == [0, 1, 2] and values == sorted(set(values)) and values[-1] == 182
+    eventually(lambda: missing(log / "from" / str(n)), "once closed, from/<n> below the start is gone")
 
 
 def test_buffered_open_and_ioctl_answer_enotty(mnt: Seglogd) -> None:
