@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import stat
 import threading
 import time
@@ -28,9 +27,6 @@ BLOCK_SIZE = 1 << 20
 #: re-reading ~40,000 small records opens them without going back to the segments
 RECORD_CACHE_BYTES = 8 << 20
 _RECORD_OVERHEAD = 200
-
-
-log = logging.getLogger("seglogfs.fs")
 
 
 class MountContext:
@@ -110,26 +106,6 @@ class MountContext:
         with self._records_lock:
             for key in [k for k in self._records if k[0] == name]:
                 self._records_bytes -= _weight(self._records.pop(key))
-
-    def count_records_in_background(self) -> threading.Thread:
-        """Count every log's ``records`` view in a thread, so the first ``stat records`` (and each
-        ``from/<n>`` after it) finds the sealed segments counted: counting 10^6 records takes ~0.2 s,
-        which in the mount's single request loop would stall every other request. Logs one line each."""
-
-        def count() -> None:
-            for name, lg in sorted(self.manager.logs.items()):
-                started = time.monotonic()
-                try:
-                    size = self.stream(lg).size()
-                except Exception as exc:  # damage, a log closed meanwhile: the first stat will say
-                    log.warning("counting the records view of %s failed: %s", name, exc)
-                    continue
-                log.info("records view of %s counted: %d bytes in %.2f s", name, size,
-                         time.monotonic() - started)
-
-        thread = threading.Thread(target=count, name="seglogfs-count-records", daemon=True)
-        thread.start()
-        return thread
 
     def stream(self, lg: Log) -> ValueStream:
         """The `records` view of ``lg`` (one per log, shared by its readers)."""

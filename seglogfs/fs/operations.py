@@ -98,7 +98,6 @@ class SeglogOperations(mfusepy.Operations):
                                  forget_records=self.context.forget_records,
                                  stream_rebases=self.context.views.rebases)
         self.notifier.start()
-        self.context.count_records_in_background()
         if self.on_init is not None:
             self.on_init(conn, config)
 

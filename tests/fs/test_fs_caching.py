@@ -208,19 +208,3 @@ def test_no_max_threads_warning_from_libfuse(tmp_path: Path) -> None:
     stderr = daemon.stderr()
     assert "serving 1 log(s)" in stderr  # the daemon's own lines are there
     assert "max threads" not in stderr
-
-
-def test_records_views_are_counted_in_the_background_at_mount(tmp_path: Path) -> None:
-    """The first `stat records` of a big log would stall the single request loop for the count; the
-    mount counts every log's view in a thread as soon as it is up, and says so."""
-    daemon = make_seglogd(tmp_path, logs={"counted-0": {}, "empty-0": {}})
-    try:
-        daemon.start()
-        append(daemon / "counted-0" / "append", [f"r{i}" for i in range(1000)])
-        daemon.stop()
-        daemon.start()  # a second start finds the records already on disk
-        eventually(lambda: "records view of counted-0 counted" in daemon.stderr(), "counted-0 counted")
-        eventually(lambda: "records view of empty-0 counted" in daemon.stderr(), "empty-0 counted")
-        assert size(daemon / "counted-0" / "records") == sum(len(f"r{i}\n") for i in range(1000))
-    finally:
-        daemon.cleanup()
