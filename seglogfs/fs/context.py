@@ -16,8 +16,6 @@ from seglogfs.fs.views import StreamViews
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.records import Record
-from seglogfs.stream_format import VALUES
-from seglogfs.value_stream import ValueStream
 
 #: st_blksize of every file: `cat`, `cp` and Python size their buffers from it (cpython#117151), so
 #: they read and write 1 MiB at a time instead of 128 KiB.
@@ -31,7 +29,7 @@ _RECORD_OVERHEAD = 200
 
 class MountContext:
     """The :class:`LogManager` behind a mount, how its paths look (owner, modes), and the caches
-    that spare the engine repeated work: the last records read, one :class:`ValueStream` per log."""
+    that spare the engine repeated work: the last records read, the stream views (:class:`StreamViews`)."""
 
     def __init__(self, manager: LogManager, *, read_only: bool, access: Access) -> None:
         self.manager = manager
@@ -107,9 +105,6 @@ class MountContext:
             for key in [k for k in self._records if k[0] == name]:
                 self._records_bytes -= _weight(self._records.pop(key))
 
-    def stream(self, lg: Log) -> ValueStream:
-        """The `records` view of ``lg`` (one per log, shared by its readers)."""
-        return self.views.stream(lg, None, VALUES)
 
 
 def _weight(record: Record) -> int:

@@ -23,7 +23,6 @@ from seglogfs.fs.context import MountContext
 from seglogfs.fs.errors import fail
 from seglogfs.fs.handles import DescriptorFile, OpenFile, SnapshotFile, StreamFile
 from seglogfs.fs.paths import DIRECTORIES, LOG_ENTRIES, Kind, Node
-from seglogfs.fs.views import StreamViews
 from seglogfs.jsonl import headers_to_json
 from seglogfs.log import Log
 from seglogfs.log_dir_files import LogDirFiles
@@ -240,24 +239,6 @@ class TimeLink(ReadOnlyFile):
         return f"../by-offset/{lg.offset_for_timestamp(node.number)}"
 
 
-class RecordsFile(ReadOnlyFile):
-    """``records``: every value and a newline (:class:`ValueStream`); grows as the log does."""
-
-    __slots__ = ()
-    grows = True
-
-    def getattr(self, node: Node) -> dict[str, int]:
-        lg = self.ctx.log(node)
-        last = lg.last_timestamp
-        mtime = None if last is None else last * 1_000_000
-        return self.ctx.attrs(self.ctx.file_mode, self.ctx.stream(lg).size(), mtime)
-
-    def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
-        reader = self.ctx.stream(lg).reader()
-        fi.direct_io = 1  # grows: read whatever is there now, whatever st_size said
-        return StreamFile(reader)
-
-
 class InfoFile(ReadOnlyFile):
     """``info``: the log's offsets, segments and config as JSON (for an offline log: why it is)."""
 
@@ -304,8 +285,8 @@ class SegmentFile(ReadOnlyFile):
 
 
 class StreamView(ReadOnlyFile):
-    """``records.jsonl``, ``from/<n>``, ``from/<n>.jsonl``: a :class:`ValueStream` of the log in a
-    format, from the log start or from offset n (``node.number``); grows as the log does.
+    """``records``, ``records.jsonl``, ``from/<n>``, ``from/<n>.jsonl``: a :class:`ValueStream` of the
+    log in a format, from the log start or from offset n (``node.number``); grows as the log does.
 
     ``from/<n>`` below the log start offset is ENOENT (retention removed it, as ``by-offset/<n>``); at
     or past the end it is an empty file that grows from record n on."""
@@ -313,9 +294,9 @@ class StreamView(ReadOnlyFile):
     __slots__ = ("fmt", "views")
     grows = True
 
-    def __init__(self, ctx: MountContext, views: StreamViews, fmt: StreamFormat) -> None:
+    def __init__(self, ctx: MountContext, fmt: StreamFormat) -> None:
         super().__init__(ctx)
-        self.views = views
+        self.views = ctx.views
         self.fmt = fmt
 
     def _stream(self, lg: Log, node: Node) -> ValueStream:
@@ -332,11 +313,9 @@ class StreamView(ReadOnlyFile):
 
     def getattr(self, node: Node) -> dict[str, int]:
         lg = self.ctx.log(node)
-        return self._attrs(lg, self._stream(lg, node))
-
-    def _attrs(self, lg: Log, stream: ValueStream) -> dict[str, int]:
+        size = self._stream(lg, node).size()
         last = lg.last_timestamp
-        return self.ctx.attrs(self.ctx.file_mode, stream.size(), None if last is None else last * 1_000_000)
+        return self.ctx.attrs(self.ctx.file_mode, size, None if last is None else last * 1_000_000)
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
         reader = self._stream(lg, node).reader()
@@ -346,18 +325,17 @@ class StreamView(ReadOnlyFile):
 
 def file_kinds(ctx: MountContext) -> dict[Kind, FileKind]:
     """One behaviour per :class:`Kind`, sharing ``ctx``."""
-    views = ctx.views
     return {
         Kind.ROOT: RootDir(ctx),
         Kind.LOG: LogDir(ctx),
         Kind.APPEND: AppendFile(ctx, LineAppender),
         Kind.APPEND_JSONL: AppendFile(ctx, JsonLineAppender),
         Kind.APPEND_RAW: AppendFile(ctx, RawAppender),
-        Kind.RECORDS: RecordsFile(ctx),
-        Kind.RECORDS_JSONL: StreamView(ctx, views, JSON_LINES),
+        Kind.RECORDS: StreamView(ctx, VALUES),
+        Kind.RECORDS_JSONL: StreamView(ctx, JSON_LINES),
         Kind.FROM_DIR: Listing(ctx),  # listed empty, as by-time/: any offset opens
-        Kind.FROM: StreamView(ctx, views, VALUES),
-        Kind.FROM_JSONL: StreamView(ctx, views, JSON_LINES),
+        Kind.FROM: StreamView(ctx, VALUES),
+        Kind.FROM_JSONL: StreamView(ctx, JSON_LINES),
         Kind.INFO: InfoFile(ctx),
         Kind.BY_OFFSET_DIR: ByOffsetDir(ctx),
         Kind.BY_TIME_DIR: Listing(ctx),

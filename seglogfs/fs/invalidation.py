@@ -184,7 +184,7 @@ class Notifier:
     """The thread that invalidates what changed, every :data:`POLL_INTERVAL_S` (see the module doc)."""
 
     def __init__(self, manager: LogManager, notes: PathNotes, invalidate: Invalidate, *,
-                 forget_records: Callable[[str], None], stream_rebases: Callable[[str], int] = lambda _: 0,
+                 forget_records: Callable[[str], None], stream_rebases: Callable[[str], int],
                  interval: float = POLL_INTERVAL_S) -> None:
         """``forget_records(log name)``: drop the mount's own cache of that log's records;
         ``stream_rebases(log name)``: how often its stream views shrank (a change with no new offset)."""

@@ -64,6 +64,19 @@ def test_from_stream_is_every_value_from_n_on(tmp_path: Path) -> None:
         lg.close()
 
 
+def spy_walks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """From now on, every ``LogSegment.iter_batches`` call as (segment base offset, start position)."""
+    walked: list[tuple[int, int]] = []
+    real = LogSegment.iter_batches
+
+    def spy(segment: LogSegment, start: int = 0, end: int | None = None, **kw):  # type: ignore[no-untyped-def]
+        walked.append((segment.base_offset, start))
+        return real(segment, start, end, **kw)
+
+    monkeypatch.setattr(LogSegment, "iter_batches", spy)
+    return walked
+
+
 def test_from_stream_reads_no_segment_before_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found through the offset index: the segments before n's are never walked, and n's segment is
     walked from the indexed batch before n, not from its start."""
@@ -72,14 +85,7 @@ def test_from_stream_reads_no_segment_before_n(tmp_path: Path, monkeypatch: pyte
         middle = lg.segments[2]
         first = middle.base_offset + 5 * PER_BATCH + 2
         expected = expected_values(lg, first)
-        walked: list[tuple[int, int]] = []
-        real = LogSegment.iter_batches
-
-        def spy(segment: LogSegment, start: int = 0, end: int | None = None, **kw):  # type: ignore[no-untyped-def]
-            walked.append((segment.base_offset, start))
-            return real(segment, start, end, **kw)
-
-        monkeypatch.setattr(LogSegment, "iter_batches", spy)
+        walked = spy_walks(monkeypatch)
         stream = ValueStream(lg, first_offset=first)
         assert stream.read(0, 10**9) == expected
         assert min(base for base, _ in walked) == middle.base_offset, walked
@@ -100,21 +106,15 @@ def test_later_streams_take_sealed_totals_from_earlier_ones(
         assert ValueStream(lg).size() > 0  # `records` counts every segment
         first = middle.base_offset + 3
         expected = expected_values(lg, first)
-        walked: list[int] = []
-        real = LogSegment.iter_batches
-
-        def spy(segment: LogSegment, start: int = 0, end: int | None = None, **kw):  # type: ignore[no-untyped-def]
-            walked.append(segment.base_offset)
-            return real(segment, start, end, **kw)
-
-        monkeypatch.setattr(LogSegment, "iter_batches", spy)
+        walked = spy_walks(monkeypatch)
         stream = ValueStream(lg, first_offset=first)
         assert stream.size() == len(expected)
-        assert sorted(set(walked)) == [middle.base_offset, lg.segments[-1].base_offset]
+        walked_bases = sorted({base for base, _ in walked})
+        assert walked_bases == [middle.base_offset, lg.segments[-1].base_offset]
         walked.clear()
         json_stream = ValueStream(lg, first_offset=first, fmt=JSON_LINES)  # another format counts anew
         json_stream.size()
-        assert len(set(walked)) == len(lg.segments) - 2 + 1
+        assert len({base for base, _ in walked}) == len(lg.segments) - 2 + 1
         monkeypatch.undo()
         assert stream.read(0, 10**9) == expected  # tables are built when read
     finally:
@@ -251,15 +251,9 @@ def test_reading_start_to_end_counts_no_segment_twice(
     try:
         stream = ValueStream(lg, fmt=JSON_LINES)
         size = stream.size()
-        walked: list[int] = []
-        real = LogSegment.iter_batches
-
-        def spy(segment: LogSegment, start: int = 0, end: int | None = None, **kw):  # type: ignore[no-untyped-def]
-            walked.append(segment.base_offset)
-            return real(segment, start, end, **kw)
-
-        monkeypatch.setattr(LogSegment, "iter_batches", spy)
+        walked = spy_walks(monkeypatch)
         assert len(b"".join(stream.read(p, 4096) for p in range(0, size, 4096))) == size
-        assert set(walked) <= {lg.segments[-1].base_offset}, walked  # the active one is refreshed
+        # the active one is refreshed
+        assert {base for base, _ in walked} <= {lg.segments[-1].base_offset}, walked
     finally:
         lg.close()

@@ -7,15 +7,13 @@ import base64
 import errno
 import json
 import os
-import select
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from support.engine_helpers import config
-from support.mount_fixture import fuse_required, make_seglogd, seglogd  # noqa: F401 (fixture)
+from support.mount_fixture import fuse_required, make_seglogd, read_stdout_until, seglogd  # noqa: F401 (fixture)
 
 from seglogfs.log_manager import LogManager
 
@@ -83,7 +81,8 @@ def test_tail_f_from_n_follows_appends(seglogd) -> None:  # noqa: F811
             new_end = max(end, first) + 3
             append_lines(log_dir, end, new_end)
             end = new_end
-            got = _read_lines(proc, end - first).splitlines()
+            count = end - first
+            got = read_stdout_until(proc, lambda b, count=count: b.count(b"\n") >= count, 20.0).splitlines()
             if name.endswith(".jsonl"):
                 assert [json.loads(x)["value"] for x in got] == lines(first, end).decode().splitlines()
             else:
@@ -91,21 +90,6 @@ def test_tail_f_from_n_follows_appends(seglogd) -> None:  # noqa: F811
         finally:
             proc.kill()
             proc.wait(10)
-
-
-def _read_lines(proc: subprocess.Popen, count: int, timeout: float = 20.0) -> bytes:
-    """``count`` lines of ``proc``'s stdout (fewer when it stalls for ``timeout``)."""
-    got = b""
-    deadline = time.monotonic() + timeout
-    while got.count(b"\n") < count and time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            break
-        chunk = os.read(proc.stdout.fileno(), 1 << 16)
-        if not chunk:
-            break
-        got += chunk
-    return got
 
 
 APPENDED = [

@@ -10,15 +10,13 @@ the batches after it.
 from __future__ import annotations
 
 import os
-import select
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from support.engine_helpers import config
-from support.mount_fixture import fuse_required, make_seglogd
+from support.mount_fixture import fuse_required, make_seglogd, read_stdout_until
 
 from seglogfs.errors import CorruptRecordError
 from seglogfs.log_manager import LogManager
@@ -87,21 +85,6 @@ def test_iter_records_never_silently_drops_what_follows_damage_in_a_sealed_segme
         ]
 
 
-def read_until(proc: subprocess.Popen, wanted: bytes, timeout: float = 30.0) -> bytes:
-    """What ``proc`` writes to its stdout until it has written ``len(wanted)`` bytes (or ``timeout``)."""
-    got = b""
-    deadline = time.monotonic() + timeout
-    while len(got) < len(wanted) and time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            break
-        chunk = os.read(proc.stdout.fileno(), 1 << 16)
-        if not chunk:
-            break
-        got += chunk
-    return got
-
-
 LAST = -1  # the active segment
 PLANS = {
     "sealed-length": [(1, "length-huge")],
@@ -153,7 +136,8 @@ def test_cat_records_skips_only_the_damaged_batches(tmp_path: Path, plan: list[t
         try:
             with open(daemon / LOG / "append", "ab") as append:
                 append.write(b"after the damage\n")
-            followed = read_until(follower, expected + b"after the damage\n")
+            wanted = expected + b"after the damage\n"
+            followed = read_stdout_until(follower, lambda b: len(b) >= len(wanted))
         finally:
             follower.kill()
             follower.wait()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -187,3 +188,19 @@ def seglogd(tmp_path: Path) -> Iterator[Callable[..., Seglogd]]:
     finally:
         for daemon in started:
             daemon.cleanup()
+
+
+def read_stdout_until(proc: subprocess.Popen, done: Callable[[bytes], bool], timeout: float = 30.0) -> bytes:
+    """What ``proc`` (a follower such as ``tail -f``) writes to its stdout until ``done(got)`` or it
+    stalls for ``timeout``."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while not done(got) and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 1 << 16)  # type: ignore[union-attr]
+        if not chunk:
+            break
+        got += chunk
+    return got
