@@ -6,7 +6,9 @@ middle of a 10^7-record log (target < 0.5 s) and ``cat records.jsonl`` (target >
 The log is written by the engine (batches of 10,000 values of LINE bytes), then a real seglogd mounts
 it. ``from/<n>`` is timed cold (the first from/<n> of the mount: its st_size needs every batch after n
 counted once) and warm (another n nearby, after the first: sealed segments' totals are shared), best
-of 3 for warm. Always unmounts and stops the daemon.
+of 3 for warm. The engine's share of the same work comes first, with no mount (``ValueStream`` in this
+process: the first from/<n>'s count and read, and ``records`` / ``records.jsonl`` read in 128 KiB
+reads), so the codec's cost and the FUSE side's can be told apart. Always unmounts and stops the daemon.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from fuse import start_daemon, stop_daemon  # noqa: E402  (bench/fuse.py: one re
 
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log import Log  # noqa: E402
+from seglogfs.stream_format import JSON_LINES  # noqa: E402
+from seglogfs.value_stream import ValueStream  # noqa: E402
+
+Row = tuple[str, str, str]
+CHUNK = 128 * 1024  # what the kernel asks a FUSE file for at a time
 
 LINE = 100
 BATCH = 5_000  # under max.message.bytes (1 MiB) at LINE bytes a value
@@ -59,7 +66,49 @@ def head_from(log_dir: Path, n: int, count: int = 100_000) -> float:
     return seconds
 
 
-def view_rows(log_dir: Path, records: int) -> list[tuple[str, str, str]]:
+def read_all(stream: ValueStream) -> tuple[float, int]:
+    """(seconds, bytes) of reading ``stream`` from its start to its end, CHUNK bytes a read."""
+    t = time.perf_counter()
+    position = 0
+    while chunk := stream.read(position, CHUNK):
+        position += len(chunk)
+    return time.perf_counter() - t, position
+
+
+def engine_rows(data: Path, records: int) -> list[Row]:
+    """The engine's share, no mount: a fresh Log each time, so nothing is counted yet."""
+    middle = records // 2
+    rows: list[Row] = []
+    lg = Log.open(data / "bench-0", LogConfig.from_mapping({}), read_only=True)
+    try:
+        t = time.perf_counter()
+        stream = ValueStream(lg, first_offset=middle)
+        stream.size()
+        head = stream.read(0, 100_000 * (LINE + 1))
+        seconds = time.perf_counter() - t
+        assert head[:LINE] == b"%0*d" % (LINE, middle) and head.count(b"\n") == 100_000
+        what = "engine: first from/<n> size() + its first 100,000 lines"
+        rows.append((what, f"{seconds:.2f} s", "no mount"))
+        values = ValueStream(lg)
+        t = time.perf_counter()
+        values.size()
+        rows.append(("engine: first records size() (every batch counted)", f"{time.perf_counter() - t:.2f} s",
+                     "no mount"))
+        seconds, nbytes = read_all(values)
+        rows.append(("engine: records, ValueStream.read", f"{nbytes / seconds / 1e6:,.0f} MB/s", "no mount"))
+        lines = ValueStream(lg, fmt=JSON_LINES)
+        t = time.perf_counter()
+        lines.size()
+        rows.append(("engine: first records.jsonl size()", f"{time.perf_counter() - t:.2f} s", "no mount"))
+        seconds, nbytes = read_all(lines)
+        rows.append(("engine: records.jsonl, ValueStream.read", f"{records / seconds:,.0f} rec/s",
+                     f"{nbytes / seconds / 1e6:,.0f} MB/s; no mount"))
+    finally:
+        lg.close()
+    return rows
+
+
+def view_rows(log_dir: Path, records: int) -> list[Row]:
     """The figures, as bench/fuse.py's rows: (what, result, note)."""
     middle = records // 2
     cold = head_from(log_dir, middle)
@@ -96,9 +145,10 @@ def main() -> int:
         build_log(base / "data", args.records, args.segment_bytes)
         print(f"built {args.records:,} records in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     subprocess.run(["sync"], check=True)
+    rows = engine_rows(base / "data", args.records)
     proc, mount = start_daemon(base, args.segment_bytes)
     try:
-        rows = view_rows(mount / "bench-0", args.records)
+        rows += view_rows(mount / "bench-0", args.records)
     finally:
         stop_daemon(proc, mount)
         if args.keep is None:

@@ -22,6 +22,13 @@ command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 command -v "${PYTHON:-python3}" >/dev/null || need_apt+=(python3)
 # Debian's python3 lacks ensurepip (hence `python3 -m venv`) until python3-venv is installed.
 "${PYTHON:-python3}" -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# The records scanner is a C extension (seglogfs/records/_scan.c): a compiler, the C library's
+# headers (only recommended by gcc) and Python.h, which Debian's python3 ships in python3-dev.
+command -v gcc >/dev/null || need_apt+=(gcc)
+[ -f /usr/include/stdint.h ] || need_apt+=(libc6-dev)
+"${PYTHON:-python3}" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
+    || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing system packages: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -32,7 +39,11 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.seglogfs-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# Reinstall when the project's metadata or the C extension's source changed, or the extension is
+# missing (pip install -e builds it in place, next to its source).
+built=$(ls seglogfs/records/_scan.*.so 2>/dev/null | head -1)
+if [ ! -f "$stamp" ] || [ -z "$built" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+    || [ seglogfs/records/_scan.c -nt "$stamp" ] || [ seglogfs/records/_scan_walk.h -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     # pyspark ships only as an sdist; pip builds its wheel once and caches it.
     .venv/bin/python -m pip install -q -e '.[test,spark]'

@@ -223,12 +223,14 @@ def _line_format(cols: RecordColumns, value: bytes, key: bytes, headers: bytes) 
 
 
 def _all_plain(cols: RecordColumns) -> bool:
-    """No key, no headers, every value present and plain, every timestamp >= 0: the fast path."""
+    """No key, no headers, every value present and plain, every offset and timestamp >= 0 (a
+    negative one, which only damage writes, has a "-" that _digits does not count): the fast path."""
     return (
         cols.headers is None
         and bool((cols.key_lengths < 0).all())
         and bool((cols.value_lengths >= 0).all())
         and bool((cols.timestamps >= 0).all())
+        and bool((cols.offsets >= 0).all())
     )
 
 

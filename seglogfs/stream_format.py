@@ -10,17 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from seglogfs.jsonl import columns_to_jsonl, jsonl_length
-from seglogfs.records import BatchHeader, RecordColumns, decode_batch_columns
+from seglogfs.records import (
+    BatchHeader,
+    RecordColumns,
+    batch_plain_jsonl,
+    batch_values,
+    batch_values_size,
+    decode_batch_columns,
+)
 
 _NEWLINE = 10
 
 
 def _values(cols: RecordColumns) -> bytes:
-    """The values of the records, each followed by a newline (a null value is an empty line)."""
+    """The values of the records, each followed by a newline (a null value is an empty line); for
+    legacy batches (v2 ones take ``batch_values``)."""
     n = len(cols)
     if n == 0:
         return b""
@@ -38,13 +47,21 @@ def _value_bytes(cols: RecordColumns) -> int:
     return int(np.maximum(cols.value_lengths, 0).sum()) + len(cols)
 
 
+#: a whole batch's stream bytes (or their count) straight from its bytes, None when the batch needs
+#: its columns decoded: (buf, header, path=, first_offset=)
+BatchFn = Callable[..., "bytes | int | None"]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFormat:
-    """How a batch's records become stream bytes: ``render`` them, or ``count`` what that gives."""
+    """How a batch's records become stream bytes: ``render`` them, or ``count`` what that gives.
+    ``render_batch`` / ``count_batch``, when given, are tried first (the C scanner's fast paths)."""
 
     name: str
     render_columns: Callable[[RecordColumns], bytes]
     count_columns: Callable[[RecordColumns], int]
+    render_batch: BatchFn | None = None
+    count_batch: BatchFn | None = None
 
     @staticmethod
     def columns(buf: bytes, header: BatchHeader, path: str | None, first_offset: int | None) -> RecordColumns:
@@ -58,16 +75,30 @@ class StreamFormat:
         self, buf: bytes, header: BatchHeader, path: str | None = None, first_offset: int | None = None
     ) -> bytes:
         """The stream bytes of the batch in ``buf`` (its records from ``first_offset`` on)."""
+        if self.render_batch is not None:
+            data = self.render_batch(buf, header, path=path, first_offset=first_offset)
+            if data is not None:
+                return data
         return self.render_columns(self.columns(buf, header, path, first_offset))
 
     def count(
         self, buf: bytes, header: BatchHeader, path: str | None = None, first_offset: int | None = None
     ) -> int:
         """``len(self.render(...))``."""
+        if self.count_batch is not None:
+            nbytes = self.count_batch(buf, header, path=path, first_offset=first_offset)
+            if nbytes is not None:
+                return nbytes
         return self.count_columns(self.columns(buf, header, path, first_offset))
 
 
 #: ``records``, ``from/<n>``: every value followed by a newline
-VALUES = StreamFormat("values", _values, _value_bytes)
+VALUES = StreamFormat("values", _values, _value_bytes, batch_values, batch_values_size)
 #: ``records.jsonl``, ``from/<n>.jsonl``: one JSON object a line
-JSON_LINES = StreamFormat("jsonl", columns_to_jsonl, jsonl_length)
+JSON_LINES = StreamFormat(
+    "jsonl",
+    columns_to_jsonl,
+    jsonl_length,
+    batch_plain_jsonl,
+    partial(batch_plain_jsonl, build=False),
+)

@@ -22,8 +22,9 @@ from seglogfs.records import Record
 BLOCK_SIZE = 1 << 20
 #: bytes of recently read records the mount keeps (values, keys, plus ~200 bytes of object a record):
 #: the kernel keeps a by-offset file's pages, but each open still asks for its record, so a script
-#: re-reading ~40,000 small records opens them without going back to the segments
-RECORD_CACHE_BYTES = 8 << 20
+#: re-reading ~100,000 small records opens them without going back to the segments (at 8 MiB, the
+#: 40,000 files of bench/fuse.py's cold rows pushed out half of the ones it opens again)
+RECORD_CACHE_BYTES = 32 << 20
 _RECORD_OVERHEAD = 200
 
 

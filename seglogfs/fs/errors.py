@@ -81,9 +81,9 @@ def fuse_errors(func: F) -> F:
     """Decorate a FUSE operation: any exception becomes a :class:`FuseOSError` with its errno."""
 
     @functools.wraps(func)
-    def wrapper(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Any, path: str, *args: Any) -> Any:  # no **kwargs: libfuse passes positions
         try:
-            return func(self, path, *args, **kwargs)
+            return func(self, path, *args)
         except FuseOSError:
             raise
         except Exception as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import mfusepy
 
+from seglogfs.fs.fast_callbacks import LeanFUSE, lean_callbacks_available
 from seglogfs.fs.operations import SeglogOperations
 
 log = logging.getLogger("seglogfs.fs")
@@ -71,8 +72,8 @@ def run_mount(
         # libfuse 3.14 passes its unset default (UINT_MAX) on and prints "Ignoring invalid max threads
         # value 4294967295 > max (100000)" at every start of the multi-threaded loop: give it a value.
         options["max_idle_threads"] = 10
-    mfusepy.FUSE(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, nothreads=single,
-                 **options)
+    fuse = LeanFUSE if lean_callbacks_available() else mfusepy.FUSE
+    fuse(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, nothreads=single, **options)
 
 
 _DEAD_CONNECTION = (errno.ENOTCONN, errno.ECONNABORTED)  # killed daemon; aborted connection

@@ -27,7 +27,7 @@ from seglogfs.fs.errors import fail, fuse_errors
 from seglogfs.fs.files import DirEntry, file_kinds
 from seglogfs.fs.handles import OpenFile
 from seglogfs.fs.invalidation import Notifier, PathNotes, growing_kinds, libfuse_invalidator
-from seglogfs.fs.paths import WRITABLE, parse_path
+from seglogfs.fs.paths import WRITABLE, node_of
 from seglogfs.log_manager import LogManager
 
 log = logging.getLogger("seglogfs.fs")
@@ -113,7 +113,7 @@ class SeglogOperations(mfusepy.Operations):
     # ---------------------------------------------------------------- metadata
     @fuse_errors
     def getattr(self, path: str, fi: fuse_file_info | None = None) -> dict[str, int]:
-        node = parse_path(path)
+        node = node_of(path)
         attrs = self._kinds[node.kind].getattr(node)
         if node.kind in self._noted_kinds:  # the kernel keeps this answer for an hour unless told
             self.notes.note(node, path)
@@ -121,18 +121,19 @@ class SeglogOperations(mfusepy.Operations):
 
     @fuse_errors
     def readdir(self, path: str, fh: int) -> Iterator[DirEntry]:
-        node = parse_path(path)
+        node = node_of(path)
         return iter(self._kinds[node.kind].readdir(node))
 
     @fuse_errors
     def readlink(self, path: str) -> str:
-        node = parse_path(path)
+        node = node_of(path)
         return self._kinds[node.kind].readlink(node)
 
-    def ioctl(self, path: str, cmd: int, arg: object, fi: fuse_file_info, flags: int, data: object) -> int:
-        # Python's buffered open() asks isatty() (TCGETS) on every file: answer at once. ENOTTY, the
-        # errno of a file that is no terminal; libfuse's default for a missing ioctl is ENOSYS.
-        return -errno.ENOTTY
+    # No ioctl(): Python's buffered open() asks isatty() (TCGETS) of every file. Without the operation
+    # libfuse answers ENOSYS in C, without a Python callback, and the kernel hands the caller ENOTTY
+    # (it turns a daemon's ENOSYS for IOCTL into ENOTTY, and keeps asking: measured on 6.18; no answer
+    # stops the kernel from sending one IOCTL per open), so isatty() and every other ioctl see ENOTTY,
+    # the errno of a file that is no terminal.
 
     @fuse_errors
     def statfs(self, path: str) -> dict[str, int]:
@@ -151,7 +152,7 @@ class SeglogOperations(mfusepy.Operations):
 
     # ---------------------------------------------------------------- xattrs
     def _xattrs(self, path: str) -> dict[str, bytes]:
-        node = parse_path(path)
+        node = node_of(path)
         return self._kinds[node.kind].xattrs(node)
 
     @fuse_errors
@@ -217,7 +218,7 @@ class SeglogOperations(mfusepy.Operations):
 
     @fuse_errors
     def truncate(self, path: str, length: int, fi: fuse_file_info | None = None) -> int:
-        node = parse_path(path)
+        node = node_of(path)
         if node.kind in WRITABLE and not self.read_only:
             self.context.log(node)
             return 0  # `cat f > append` opens with O_TRUNC: nothing is ever truncated
@@ -243,7 +244,7 @@ class SeglogOperations(mfusepy.Operations):
 
     @fuse_errors
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        node = parse_path(path)
+        node = node_of(path)
         if node.kind in WRITABLE and not self.read_only:
             return 0  # lets `touch append` succeed
         raise fail(errno.EROFS)
@@ -254,19 +255,19 @@ class SeglogOperations(mfusepy.Operations):
         if self.read_only:
             raise fail(errno.EROFS)
         try:
-            node = parse_path(path)
+            node = node_of(path)
         except OSError:
             node = None
         if node is not None and node.kind in WRITABLE:
             return self.open(path, fi)
-        parent = parse_path(path.rsplit("/", 1)[0] or "/")
+        parent = node_of(path.rsplit("/", 1)[0] or "/")
         if parent.log is not None:
             self.context.log(parent)  # ENOENT inside a log that does not exist
         raise fail(errno.EPERM)  # the layout is fixed: no new files anywhere
 
     @fuse_errors
     def open(self, path: str, fi: fuse_file_info) -> int:
-        node = parse_path(path)
+        node = node_of(path)
         handle = self._kinds[node.kind].open(node, fi)
         fi.noflush = 1  # nothing happens at FLUSH (each close of a dup): spare close() the round trip
         fh = next(self._next_fh)
@@ -276,7 +277,10 @@ class SeglogOperations(mfusepy.Operations):
 
     @fuse_errors
     def read(self, path: str, size: int, offset: int, fi: fuse_file_info) -> bytes:
-        return self._handle(fi).read(size, offset)
+        handle = self._handles.get(fi.fh)
+        if handle is None:
+            raise fail(errno.EBADF)
+        return handle.read(size, offset)
 
     @fuse_errors
     def write(self, path: str, data: bytes, offset: int, fi: fuse_file_info) -> int:

@@ -61,6 +61,8 @@ _CHILD_KINDS = {
     "from": Kind.FROM,
 }
 _JSONL = ".jsonl"
+#: parsed paths remembered by :func:`node_of` (emptied when full: refilling costs one parse a path)
+NODE_CACHE_ENTRIES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +125,18 @@ def parse_path(path: str) -> Node:
     if name.startswith("."):  # the real files never start with a dot; keeps ".", ".." and probes out
         raise _enoent()
     return Node(child, log, name)
+
+
+_nodes: dict[str, Node] = {}
+
+
+def node_of(path: str) -> Node:
+    """:func:`parse_path`, remembered: a parse depends on the path string alone, and the kernel asks
+    about the same paths again and again (lookup, open, getxattr). Errors are not remembered."""
+    node = _nodes.get(path)
+    if node is None:
+        node = parse_path(path)
+        if len(_nodes) >= NODE_CACHE_ENTRIES:
+            _nodes.clear()  # dict operations are atomic under the GIL: safe in the multi-threaded loop
+        _nodes[path] = node
+    return node

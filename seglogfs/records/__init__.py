@@ -9,11 +9,16 @@ Layout facts are in docs/kafka-format.md section 1. The package, by direction:
 - ``encode``: v2 batches built with numpy scatter writes (``encode_values``, ``encode_batch``), and
   the exact size of a one-value batch (``single_value_batch_size``).
 - ``decode``: v2 batches parsed into numpy columns (``decode_batch_columns``), record bounds, one record
-  (``decode_record``), and the decoders of whole batches, which pass legacy entries to ``legacy``.
+  (``decode_record``), a batch's values as lines (``batch_values``, ``batch_values_size``) or plain
+  JSON lines (``batch_plain_jsonl``), and the decoders of whole batches, which pass legacy entries to
+  ``legacy``.
+- ``scan``: the C scanner (``_scan.c``, built by ``pip install -e .``) that every v2 decoder uses: one
+  pass over a batch's records, every length checked, errors as CorruptRecordError.
 - ``legacy``: v0/v1 messages and compressed wrappers.
 
-Encoding and decoding each keep their own varint helpers. CRC-32C runs in C (the ``crc32c`` package),
-codecs in C (cramjam). Import from ``seglogfs.records``; the modules are the package's layout, not its API.
+Encoding keeps its own varint helpers; decoding reads varints in the C scanner (and a few fields
+outside it in ``decode``). CRC-32C runs in C (the ``crc32c`` package), codecs in C (cramjam). Import
+from ``seglogfs.records``; the modules are the package's layout, not its API.
 """
 
 from __future__ import annotations
@@ -32,12 +37,16 @@ from .batch_header import (
     validate_batch,
 )
 from .decode import (
+    batch_plain_jsonl,
+    batch_values,
+    batch_values_size,
     decode_batch,
     decode_batch_all,
     decode_batch_columns,
     decode_record,
     first_record_stamp,
     record_bounds,
+    records_area,
 )
 from .encode import encode_batch, encode_values, single_value_batch_size
 from .types import (
@@ -65,6 +74,9 @@ __all__ = [
     "RecordColumns",
     "TimestampType",
     "batch_max_timestamp",
+    "batch_plain_jsonl",
+    "batch_values",
+    "batch_values_size",
     "decode_batch",
     "decode_batch_all",
     "decode_batch_columns",
@@ -75,6 +87,7 @@ __all__ = [
     "iter_batch_headers",
     "read_batch_header",
     "record_bounds",
+    "records_area",
     "single_value_batch_size",
     "unchecked_v2_header",
     "validate_batch",

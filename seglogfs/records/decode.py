@@ -2,8 +2,8 @@
 three batch decoders (``decode_batch``, ``decode_batch_columns``, ``decode_batch_all``) that hand a
 legacy (v0/v1) entry to :mod:`.legacy`.
 
-``decode_batch_columns`` parses every field of every record of a batch into numpy columns, whole
-columns at a time. The varint readers live here, next to the hot loop that uses them.
+``decode_batch_columns`` parses every field of every record of a batch into numpy columns in one C pass
+(:mod:`.scan`), reading an uncompressed batch in place.
 """
 
 from __future__ import annotations
@@ -17,12 +17,28 @@ from ..compression import Compression, CompressionError, decompress
 from ..errors import CorruptRecordError
 from .batch_header import V2_HEADER_SIZE, BatchHeader, batch_bytes
 from .legacy import legacy_columns, legacy_messages, legacy_records
+from .scan import (
+    END,
+    HEADER_COUNT,
+    HEADERS_START,
+    KEY_LENGTH,
+    KEY_START,
+    OFFSET_DELTA,
+    TS_DELTA,
+    VALUE_LENGTH,
+    VALUE_START,
+    join_values,
+    plain_jsonl,
+    scan_area,
+    scan_bounds,
+    scan_record,
+    values_size,
+)
 from .types import DecodedRecord, Header, Record, RecordBounds, RecordColumns, TimestampType
 
-_VARINT_PAD = 10  # zero bytes after a records area, so vectorised varint reads never run off it
-
 # ---------------------------------------------------------------------------------------------
-# Varint readers (protobuf zig-zag, 7 bits a byte, least significant group first)
+# Varint reader (protobuf zig-zag, 7 bits a byte, least significant group first), for the few fields
+# read outside the C scanner: a batch's first record stamp and the headers of records that have any
 
 
 def _read_varint(buf, pos: int, limit: int) -> tuple[int, int]:
@@ -38,41 +54,6 @@ def _read_varint(buf, pos: int, limit: int) -> tuple[int, int]:
             break
         shift += 7
     return (result >> 1) ^ -(result & 1), pos
-
-
-def _gather_varints(arr: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode the varint at each position of ``arr``: (values int64, byte sizes int64).
-
-    Whole-column steps only; the common all-one-byte case is a single gather. ``arr`` must be
-    padded with at least 10 bytes beyond the last position read.
-    """
-    first = arr[positions]
-    more = first >= 0x80
-    if not more.any():
-        v = first.astype(np.int64)
-        return (v >> 1) ^ -(v & 1), np.ones(positions.shape[0], dtype=np.int64)
-    result = (first & 0x7F).astype(np.uint64)
-    sizes = np.ones(positions.shape[0], dtype=np.int64)
-    j = 1
-    while more.any():
-        if j >= 10:
-            raise ValueError("varint longer than 10 bytes")
-        byte = arr[positions + j]
-        result |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * j), np.uint64(0))
-        sizes += more
-        more &= byte >= 0x80
-        j += 1
-    signed = (result >> np.uint64(1)).view(np.int64) ^ -(result & np.uint64(1)).view(np.int64)
-    return signed, sizes
-
-
-def _varint_bytes(body: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(body, pos, end)
-    if length < 0:
-        return None, pos
-    if pos + length > end:
-        raise ValueError("field runs past the record")
-    return body[pos : pos + length], pos + length
 
 
 def _parse_headers(area, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
@@ -102,112 +83,54 @@ def _parse_headers(area, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
 # Locating the records of a batch
 
 
-def _v2_records_area(buf, header: BatchHeader, path) -> bytearray:
-    """The batch's records (decompressed), followed by ``_VARINT_PAD`` zero bytes."""
+# A record's offset is base offset + its int32 offset delta, in int64: a base offset this close to either
+# end of int64 would wrap around (as numpy and Java do) for some deltas, and the fast paths, which
+# compare deltas, would then disagree with the columns, which compare offsets. No log reaches there.
+_BASE_OFFSETS = range(-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31) + 1)
+
+
+def _check_base_offset(header: BatchHeader, path) -> None:
+    if header.base_offset not in _BASE_OFFSETS:
+        raise CorruptRecordError(
+            f"base offset {header.base_offset} leaves no room for its records' offset deltas",
+            path,
+            header.position,
+        )
+
+
+def records_area(buf, header: BatchHeader, path: str | Path | None = None) -> memoryview | bytes:
+    """The records of the v2 batch ``header`` in ``buf``: a view of ``buf`` (no copy) when
+    uncompressed, else decompressed."""
+    _check_base_offset(header, path)
     raw = batch_bytes(buf, header)[V2_HEADER_SIZE:]
     if header.compression == Compression.NONE:
-        area = bytearray(len(raw) + _VARINT_PAD)
-        area[: len(raw)] = raw
-        return area
+        return raw
     try:
-        plain = decompress(header.compression, raw)
+        return decompress(header.compression, raw)
     except CompressionError as exc:
         raise CorruptRecordError(str(exc), path, header.position) from None
-    return bytearray(plain) + bytes(_VARINT_PAD)
 
 
-def _record_starts(area, count: int, limit: int, path, position: int) -> np.ndarray:
-    """Body start and end of each record in ``area[:limit]`` (``[starts, ends]``).
-
-    Records are located run by run: the records of a run share one encoded size, so numpy checks a
-    whole run at once (every predicted start must carry the same length prefix as the run's first
-    record; varints are a prefix code, so this proves each start by induction). Sizes change rarely
-    in a batch (the offset-delta varint grows at 64 and 8192); when runs stay short (mixed sizes),
-    the sequential scan finishes the batch.
-    """
-    if count < 16:
-        return _record_starts_sequential(area, count, 0, limit, path, position)
-    arr = np.frombuffer(area, dtype=np.uint8)
-    starts = np.empty(count, dtype=np.int64)
-    lengths = np.empty(count, dtype=np.int64)
-    pos = done = short_runs = 0
-    while done < count:
-        if short_runs >= 4:
-            rest = _record_starts_sequential(area, count - done, pos, limit, path, position)
-            starts[done:], lengths[done:] = rest[0], rest[1] - rest[0]
-            return np.stack((starts, starts + lengths))
-        try:
-            length, head = _read_varint(area, pos, limit)
-        except (ValueError, IndexError):
-            break  # the sequential scan raises the precise error
-        stride = head - pos + length
-        run = min(count - done, (limit - pos) // stride) if length >= 0 and stride > 0 else 0
-        if run <= 0:
-            break
-        width = head - pos
-        block = arr[pos : pos + run * stride].reshape(run, stride)[:, :width]
-        same = (block == arr[pos:head]).all(axis=1)
-        run = run if same.all() else max(int(np.argmin(same)), 1)
-        starts[done : done + run] = head + np.arange(run, dtype=np.int64) * stride
-        lengths[done : done + run] = length
-        short_runs = short_runs + 1 if run < 8 else 0
-        pos += run * stride
-        done += run
-    if done == count and pos == limit:
-        return np.stack((starts, starts + lengths))
-    return _record_starts_sequential(area, count, 0, limit, path, position)
+def _counted_area(buf, header: BatchHeader, path) -> memoryview | bytes:
+    """:func:`records_area`, once the batch's record count is known not to be negative."""
+    if header.records_count < 0:
+        raise CorruptRecordError(f"negative record count {header.records_count}", path, header.position)
+    return records_area(buf, header, path)
 
 
-def _record_starts_sequential(area, count: int, pos: int, limit: int, path, position: int) -> np.ndarray:
-    """The one-record-at-a-time scan from ``pos``; it must consume exactly ``area[pos:limit]``."""
-    starts = np.empty(count, dtype=np.int64)
-    ends = np.empty(count, dtype=np.int64)
-    try:
-        for i in range(count):
-            b = area[pos]
-            if b < 0x80:  # one- and two-byte lengths inline: records up to 8 KiB
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif area[pos + 1] < 0x80:
-                v = (b & 0x7F) | (area[pos + 1] << 7)
-                length = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                length, pos = _read_varint(area, pos, limit)
-            if length < 0 or pos + length > limit:
-                raise ValueError(f"record {i} length {length} runs past the batch")
-            starts[i] = pos
-            pos += length
-            ends[i] = pos
-    except (IndexError, ValueError) as exc:
-        raise CorruptRecordError(f"malformed record in batch: {exc}", path, position) from None
-    if pos != limit:
-        raise CorruptRecordError(f"{limit - pos} bytes left over after {count} records", path, position)
-    return np.stack((starts, ends))
+def _v2_scan(buf, header: BatchHeader, path) -> tuple[memoryview | bytes, np.ndarray]:
+    """The records area of a v2 batch and every field of its records (:func:`.scan.scan_area`)."""
+    area = _counted_area(buf, header, path)
+    return area, scan_area(area, header.records_count, path, header.position)
 
 
 def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordBounds:
     """The record bounds of an uncompressed v2 batch (ValueError for other batches)."""
     if header.magic < 2 or header.compression != Compression.NONE:
         raise ValueError("record bounds exist only for uncompressed v2 batches")
-    if header.records_count < 0:
-        raise CorruptRecordError(f"negative record count {header.records_count}", path, header.position)
-    area = _v2_records_area(buf, header, path)
-    count = header.records_count
-    limit = len(area) - _VARINT_PAD
-    bodies, ends = _record_starts(area, count, limit, path, header.position)
-    arr = np.frombuffer(area, dtype=np.uint8)
-    try:
-        _, sz = _gather_varints(arr, bodies + 1)  # timestamp delta, after the attributes byte
-        deltas, _ = _gather_varints(arr, bodies + 1 + sz)
-    except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
-    # Records are back to back: each length prefix begins where the previous body ends.
-    starts = np.empty(count, dtype=np.int32)
-    starts[0] = 0
-    starts[1:] = ends[:-1]
-    identity = bool((deltas == np.arange(count)).all())
-    return RecordBounds(starts, limit, None if identity else deltas)
+    area = _counted_area(buf, header, path)
+    starts, deltas = scan_bounds(area, header.records_count, path, header.position)
+    return RecordBounds(starts, len(area), deltas)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,25 +139,17 @@ def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -
 
 def decode_record(data: bytes, header: BatchHeader, *, path: str | Path | None = None) -> Record:
     """One record of a v2 batch from its bytes, length prefix included."""
-    end = len(data)
-    try:
-        length, pos = _read_varint(data, 0, end)
-        if pos + length != end:
-            raise ValueError(f"record length {length} does not match its {end - pos} bytes")
-        pos += 1  # attributes
-        ts_delta, pos = _read_varint(data, pos, end)
-        offset_delta, pos = _read_varint(data, pos, end)
-        key, pos = _varint_bytes(data, pos, end)
-        value, pos = _varint_bytes(data, pos, end)
-        headers, pos = _parse_headers(data, pos, end)
-        if pos != end:
-            raise ValueError("record length does not match its fields")
-    except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    _check_base_offset(header, path)
+    ts_delta, offset_delta, ks, kl, vs, vl, hs, hc = scan_record(data, path, header.position)
+    headers: tuple[Header, ...] = ()
+    if hc:
+        headers = _parse_headers(data, hs, len(data))[0]  # the scanner checked every length
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
         timestamp = header.max_timestamp
     else:
         timestamp = header.base_timestamp + ts_delta
+    key = None if kl < 0 else bytes(data[ks : ks + kl])
+    value = None if vl < 0 else bytes(data[vs : vs + vl])
     return Record(header.base_offset + offset_delta, timestamp, header.timestamp_type, key, value, headers)
 
 
@@ -249,6 +164,8 @@ def first_record_stamp(prefix: bytes, header: BatchHeader) -> tuple[int, int] | 
         offset_delta, _ = _read_varint(prefix, pos, len(prefix))
     except (ValueError, IndexError):
         return None
+    if not (-(1 << 63) <= ts_delta < 1 << 63 and -(1 << 31) <= offset_delta < 1 << 31):
+        return None  # wider than its type (an int64, an int32): damage, which the C scanner reports
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
         return header.base_offset + offset_delta, header.max_timestamp
     return header.base_offset + offset_delta, header.base_timestamp + ts_delta
@@ -267,72 +184,35 @@ def _empty_columns(timestamp_type: TimestampType) -> RecordColumns:
 
 def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarray]:
     """Columns of every record (control ones too) plus the record sequence deltas."""
-    count = header.records_count
-    if count < 0:
-        raise CorruptRecordError(f"negative record count {count}", path, header.position)
-    area = _v2_records_area(buf, header, path)
-    if count == 0:
+    area, fields = _v2_scan(buf, header, path)
+    if header.records_count == 0:
         return _empty_columns(header.timestamp_type), np.zeros(0, dtype=np.int64)
-    limit = len(area) - _VARINT_PAD
-    bounds = _record_starts(area, count, limit, path, header.position)
-    starts, ends = bounds[0], bounds[1]
-    arr = np.frombuffer(area, dtype=np.uint8)
-    try:
-        pos = starts + 1  # attributes byte (unused)
-        ts_delta, sz = _gather_varints(arr, pos)
-        pos = pos + sz
-        off_delta, sz = _gather_varints(arr, pos)
-        pos += sz
-        key_len, sz = _gather_varints(arr, pos)
-        pos += sz
-        key_start = pos.copy()
-        pos += np.maximum(key_len, 0)
-        if (pos > ends).any():
-            raise ValueError("key runs past the record")
-        value_len, sz = _gather_varints(arr, pos)
-        pos += sz
-        value_start = pos.copy()
-        pos += np.maximum(value_len, 0)
-        if (pos > ends).any():
-            raise ValueError("value runs past the record")
-        headers = _headers_column(area, arr, pos, ends)
-    except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    headers = None
+    if fields[HEADER_COUNT].any():  # the scanner checked every length: parsing cannot run off a record
+        headers = [
+            _parse_headers(area, start, end)[0] if n else ()
+            for start, end, n in zip(
+                fields[HEADERS_START].tolist(), fields[END].tolist(), fields[HEADER_COUNT].tolist(),
+                strict=True,
+            )
+        ]
+    off_delta = fields[OFFSET_DELTA]
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        timestamps = np.full(count, header.max_timestamp, dtype=np.int64)
+        timestamps = np.full(off_delta.shape[0], header.max_timestamp, dtype=np.int64)
     else:
-        timestamps = header.base_timestamp + ts_delta
+        timestamps = header.base_timestamp + fields[TS_DELTA]
     columns = RecordColumns(
-        arr[:limit],
+        np.frombuffer(area, dtype=np.uint8),
         header.base_offset + off_delta,
         timestamps,
         header.timestamp_type,
-        key_start,
-        key_len,
-        value_start,
-        value_len,
+        fields[KEY_START],
+        fields[KEY_LENGTH],
+        fields[VALUE_START],
+        fields[VALUE_LENGTH],
         headers,
     )
     return columns, off_delta
-
-
-def _headers_column(
-    area, arr: np.ndarray, pos: np.ndarray, ends: np.ndarray
-) -> list[tuple[Header, ...]] | None:
-    """The headers of each record, whose header counts start at ``pos``; None when no record has
-    any. ValueError unless every record's fields end exactly at its end."""
-    header_count, sz = _gather_varints(arr, pos)
-    if not header_count.any():
-        if ((pos + sz) != ends).any():
-            raise ValueError("record length does not match its fields")
-        return None
-    headers = []
-    for i in range(pos.shape[0]):
-        parsed, end = _parse_headers(area, int(pos[i]), int(ends[i]))
-        if end != ends[i]:
-            raise ValueError("record length does not match its fields")
-        headers.append(parsed)
-    return headers
 
 
 def decode_batch_columns(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordColumns:
@@ -342,6 +222,64 @@ def decode_batch_columns(buf, header: BatchHeader, *, path: str | Path | None = 
     if header.magic >= 2:
         return _v2_columns(buf, header, path)[0]
     return legacy_columns(buf, header, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The values of a batch, each followed by a newline (the records view), straight from the C scanner
+
+_ALL = -(1 << 63)
+_NONE = (1 << 63) - 1  # above every offset delta (an int32)
+
+
+def _values_scope(buf, header: BatchHeader, path, first_offset: int | None):
+    """(records area, the first offset delta included) of a v2 user batch."""
+    min_delta = _ALL if first_offset is None or header.base_offset >= first_offset else (
+        min(first_offset - header.base_offset, _NONE)  # a damaged base offset can put it past int64
+    )
+    return records_area(buf, header, path), min_delta
+
+
+def batch_values(
+    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
+) -> bytes | None:
+    """The values of the batch's user records at ``first_offset`` and after, each followed by a
+    newline (a null value is an empty line); None for a legacy batch (decode its columns)."""
+    if header.magic < 2:
+        return None
+    if header.is_control:
+        return b""
+    area, min_delta = _values_scope(buf, header, path, first_offset)
+    return join_values(area, header.records_count, min_delta, path, header.position)
+
+
+def batch_values_size(
+    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
+) -> int | None:
+    """``len(batch_values(...))``, without building the bytes; None for a legacy batch."""
+    if header.magic < 2:
+        return None
+    if header.is_control:
+        return 0
+    area, min_delta = _values_scope(buf, header, path, first_offset)
+    return values_size(area, header.records_count, min_delta, path, header.position)
+
+
+def batch_plain_jsonl(
+    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None,
+    build: bool = True,
+) -> bytes | int | None:
+    """The ``records.jsonl`` lines (:func:`seglogfs.jsonl.columns_to_jsonl`) of the batch's user records
+    at ``first_offset`` and after, or their length when not ``build``, when every record is plain (no
+    key, no headers, a value of printable ASCII but ``"`` and ``\\``, offset and timestamp >= 0);
+    None when one is not, or for a legacy batch (decode its columns)."""
+    if header.magic < 2:
+        return None
+    if header.is_control:
+        return b"" if build else 0
+    area, min_delta = _values_scope(buf, header, path, first_offset)
+    fixed = header.max_timestamp if header.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+    stamps = (header.base_offset, header.base_timestamp, fixed, header.timestamp_type.kafka_name)
+    return plain_jsonl(area, header.records_count, min_delta, stamps, build, path, header.position)
 
 
 # ---------------------------------------------------------------------------------------------
