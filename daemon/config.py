@@ -9,7 +9,11 @@ defaults: {segment.bytes: 1GiB, retention.ms: 7d}   # Kafka topic-config and bro
 logs:
   events-0: {}
   audit-0: {retention.ms: 30d, compression.type: zstd}
+  users-0: {cleanup.policy: compact, fs.append.key.separator: ":"}
 ```
+
+``defaults`` also holds the broker-wide ``log.cleaner.*`` settings (``CleanerConfig``: threads, backoff,
+dedupe buffer, I/O limit, enable); a log's own settings cannot.
 
 Relative ``data_dir`` and ``mount_point`` resolve against the current working directory, not the
 config file's directory: the embedded default (``config/seglogfs.yaml``) is meant to run from the
@@ -38,6 +42,7 @@ from typing import TypeVar
 
 import yaml
 
+from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
@@ -59,7 +64,8 @@ class DaemonConfig:
     """A loaded, validated daemon configuration.
 
     ``logs`` maps each configured log to its effective ``LogConfig`` (``defaults`` overridden by the
-    log's own settings); ``log_overrides`` keeps those per-log settings as written.
+    log's own settings); ``log_overrides`` keeps those per-log settings as written; ``cleaner`` holds
+    the ``log.cleaner.*`` settings of ``defaults``.
     """
 
     data_dir: Path
@@ -71,6 +77,7 @@ class DaemonConfig:
     log_overrides: dict[str, dict] = field(default_factory=dict)
     source: Path = DEFAULT_CONFIG_PATH
     access: Access = field(default_factory=Access.of_process)  # the `fuse:` owner, group and modes
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
 
     def log_config(self, name: str) -> LogConfig:
         """The config of log ``name``: its own if configured, else the defaults."""
@@ -235,6 +242,13 @@ class _Settings:
         except ConfigError as err:
             raise self.fail(f"{prefix}.{err.key}", err.value, err.reason) from None
 
+    def cleaner_config(self, mapping: Mapping) -> CleanerConfig:
+        """The broker-wide ``log.cleaner.*`` settings among ``defaults``."""
+        try:
+            return CleanerConfig.from_mapping(mapping)
+        except ConfigError as err:
+            raise self.fail(f"defaults.{err.key}", err.value, err.reason) from None
+
 
 def _fuse_settings(settings: _Settings) -> tuple[bool, Access]:
     """``fuse:``: allow_other, and the owner, group and scopes of every path."""
@@ -291,9 +305,9 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         raise settings.fail("mount_point", str(mount_point), f"must not overlap data_dir {data_dir}")
     read_only = settings.boolean("read_only", settings.document.get("read_only", False))
     allow_other, access = _fuse_settings(settings)
-    defaults = settings.log_config(
-        "defaults", settings.mapping("defaults", settings.document.get("defaults")), None, True
-    )
+    defaults_mapping = settings.mapping("defaults", settings.document.get("defaults"))
+    defaults = settings.log_config("defaults", defaults_mapping, None, True)
+    cleaner = settings.cleaner_config(defaults_mapping)
     logs, overrides = _log_settings(settings, defaults)
     return DaemonConfig(
         data_dir=data_dir,
@@ -304,6 +318,7 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         defaults=defaults,
         logs=logs,
         log_overrides=overrides,
+        cleaner=cleaner,
         source=Path(os.path.abspath(source)) if str(source) != "<string>" else source,
     )
 

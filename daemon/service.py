@@ -47,6 +47,14 @@ def _digest(path: Path) -> bytes | None:
         return None
 
 
+def _warn_cleaner_changes(old: DaemonConfig, new: DaemonConfig) -> None:
+    """The cleaner's threads run with the settings they started with: say which changed."""
+    before, after = old.cleaner.to_dict(), new.cleaner.to_dict()
+    changed = [f"{key}={value} (was {before[key]})" for key, value in after.items() if before[key] != value]
+    if changed:
+        log.warning("config reload: %s changed; the cleaner takes it at the next start", ", ".join(changed))
+
+
 class Daemon:
     """One seglogd run: :meth:`run` returns the process exit code."""
 
@@ -119,12 +127,16 @@ class Daemon:
         if not cfg.read_only:
             data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        manager = self.manager = LogManager(data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only)
+        manager = self.manager = LogManager(
+            data_dir, cfg.defaults, dict(cfg.logs), read_only=cfg.read_only, cleaner_config=cfg.cleaner
+        )
         if not cfg.read_only:
             for name, log_config in cfg.logs.items():
                 if name not in manager.offline:  # logged as offline already; serve the rest
                     manager.create_log(name, log_config)
         log.info("opened %d log(s) in %s in %.2f s", len(manager.logs), data_dir, time.monotonic() - started)
+        if not cfg.read_only and cfg.cleaner.enable:
+            manager.start_cleaner()  # compacts logs whose cleanup.policy has compact; each clean is logged
         return manager
 
     def _serve(self, cfg: DaemonConfig, manager: LogManager) -> int:
@@ -331,6 +343,7 @@ class Daemon:
         for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access"):
             if getattr(new, attr, None) != getattr(old, attr, None):
                 log.warning("config reload: %s changed; it takes effect at the next start", attr)
+        _warn_cleaner_changes(old, new)
         try:
             manager.update_configs(new.defaults, dict(new.logs))
             if not old.read_only:

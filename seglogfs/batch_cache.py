@@ -1,13 +1,17 @@
 """BatchCache: what reads learn from one batch (its record bounds or its decoded columns), kept in a
 byte-bounded LRU so that the next read of the same batch skips the CRC check and the decode.
 
-One cache per log. Entries are keyed by (segment base offset, batch position): a batch never moves
-within its segment, and the log clears the cache whenever segments leave it (retention, close).
+One cache per log. Entries are keyed by (segment, batch position): a batch never moves within its
+segment, and the log clears the cache whenever segments leave it (retention, compaction, close). The
+segment is the object, not its base offset: compaction replaces a segment by another with the same base,
+and a reader still on the old segment list may store an entry after the clear (a weak reference confirms
+the object on a hit, so a recycled ``id`` never matches).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -40,8 +44,8 @@ class BatchCache:
 
     def __init__(self, max_bytes: int = DEFAULT_BATCH_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        # (view, segment base offset, batch position) -> (value, its bytes)
-        self._entries: OrderedDict[tuple[int, int, int], tuple[Any, int]] = OrderedDict()
+        # (view, id(segment), batch position) -> (value, its bytes, weak reference to the segment)
+        self._entries: OrderedDict[tuple[int, int, int], tuple[Any, int, weakref.ref]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -50,26 +54,26 @@ class BatchCache:
 
     def bounds(self, segment: LogSegment, header: BatchHeader) -> RecordBounds:
         """Where each record of an uncompressed v2 batch lies (8 bytes a record), CRC-checked."""
-        key = (_BOUNDS, segment.base_offset, header.position)
+        key = (_BOUNDS, id(segment), header.position)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
+            if entry is not None and entry[2]() is segment:
                 self._entries.move_to_end(key)
                 return entry[0]
         bounds = _decode(segment, header, record_bounds)
-        self._store(key, bounds, bounds.nbytes)
+        self._store(key, bounds, bounds.nbytes, segment)
         return bounds
 
     def columns(self, segment: LogSegment, header: BatchHeader) -> RecordColumns:
         """The decoded columns of one batch, CRC-checked."""
-        key = (_COLUMNS, segment.base_offset, header.position)
+        key = (_COLUMNS, id(segment), header.position)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
+            if entry is not None and entry[2]() is segment:
                 self._entries.move_to_end(key)
                 return entry[0]
         columns = _decode(segment, header, decode_batch_columns)
-        self._store(key, columns, columns.data.nbytes)
+        self._store(key, columns, columns.data.nbytes, segment)
         return columns
 
     def clear(self) -> None:
@@ -86,14 +90,20 @@ class BatchCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _store(self, key: tuple[int, int, int], value: RecordBounds | RecordColumns, weight: int) -> None:
-        """Insert ``value`` (unless a concurrent reader did first), then evict down to ``max_bytes``."""
+    def _store(
+        self, key: tuple[int, int, int], value: RecordBounds | RecordColumns, weight: int, segment: LogSegment
+    ) -> None:
+        """Insert ``value`` (replacing an entry of a dead segment whose ``id`` was recycled, but not a
+        concurrent reader's), then evict down to ``max_bytes``."""
         with self._lock:
-            if key not in self._entries:
-                self._entries[key] = (value, weight)
+            old = self._entries.get(key)
+            if old is None or old[2]() is not segment:
+                if old is not None:
+                    self._bytes -= old[1]
+                self._entries[key] = (value, weight, weakref.ref(segment))
                 self._bytes += weight
             while self._bytes > self.max_bytes and self._entries:
-                _, (_, evicted_weight) = self._entries.popitem(last=False)
+                _, (_, evicted_weight, _) = self._entries.popitem(last=False)
                 self._bytes -= evicted_weight
 
 

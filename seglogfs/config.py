@@ -31,11 +31,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
+from seglogfs.cleaner_config import CLEANER_CONFIG_NAMES
+from seglogfs.config_units import (
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    parse_duration_ms,
+    parse_size,
+    real_value,
+)
+from seglogfs.config_units import count_value as _count
+from seglogfs.config_units import hours_value as _hours
+from seglogfs.config_units import minutes_value as _minutes
+from seglogfs.config_units import ms_value as _ms
+from seglogfs.config_units import size_value as _size
 from seglogfs.errors import ConfigError
 from seglogfs.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
@@ -47,100 +60,10 @@ __all__ = [
     "parse_size",
 ]
 
-INT_MAX = 2**31 - 1
-INT_MIN = -(2**31)
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
-
-
-_MS_PER_UNIT = {
-    "ms": 1,
-    "s": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "h": 3_600_000,
-    "d": 86_400_000,
-    "w": 604_800_000,
-}
-_BYTES_PER_UNIT = {
-    "": 1,
-    "b": 1,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_NUMBER_UNIT = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
-
 _COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = ("delete", "compact")
 _CHOICES = {"message_timestamp_type": _TIMESTAMP_TYPES, "compression_type": _COMPRESSION_TYPES}
-
-
-def _number(text: str, key: str, value: object) -> tuple[Decimal, str]:
-    match = _NUMBER_UNIT.fullmatch(text)
-    if match is None:
-        raise ConfigError(key, value, "not a number with an optional unit")
-    try:
-        return Decimal(match.group(1)), match.group(2)
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        raise ConfigError(key, value, "not a number") from None
-
-
-def _whole(amount: Decimal, key: str, value: object) -> int:
-    if amount != amount.to_integral_value():
-        raise ConfigError(key, value, "does not come to a whole number")
-    return int(amount)
-
-
-def _scalar_text(value: object, key: str) -> str | int:
-    """An int, or the text of a string value; every other type is refused."""
-    if isinstance(value, bool) or value is None:
-        raise ConfigError(
-            key, value, "expected a number" if value is None else "expected a number, not a boolean"
-        )
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ConfigError(key, value, "expected a whole number")
-        return int(value)
-    if isinstance(value, str):
-        return value
-    raise ConfigError(key, value, f"expected a number or a string, not {type(value).__name__}")
-
-
-def parse_size(text: str | int, *, key: str = "size") -> int:
-    """Bytes from ``1GiB``, ``512MiB``, ``10KB``, ``4096`` (see the module docstring for units)."""
-    raw = _scalar_text(text, key)
-    if isinstance(raw, int):
-        return raw
-    amount, unit = _number(raw, key, text)
-    factor = _BYTES_PER_UNIT.get(unit.lower())
-    if factor is None:
-        hint = "; write KiB/MiB/GiB (1024) or KB/MB/GB (1000)" if unit.lower() in ("k", "m", "g", "t") else ""
-        raise ConfigError(key, text, f"unknown size unit {unit!r}{hint}")
-    return _whole(amount * factor, key, text)
-
-
-def parse_duration_ms(text: str | int, *, key: str = "duration", plain_unit: str = "ms") -> int:
-    """Milliseconds from ``7d``, ``12h``, ``30m``, ``10s``, ``500ms``.
-
-    A bare number is in ``plain_unit`` (milliseconds unless told otherwise).
-    """
-    raw = _scalar_text(text, key)
-    if isinstance(raw, int):
-        return raw * _MS_PER_UNIT[plain_unit]
-    amount, unit = _number(raw, key, text)
-    factor = _MS_PER_UNIT.get(unit or plain_unit)
-    if factor is None:
-        raise ConfigError(key, text, f"unknown duration unit {unit!r}; use ms, s, m, h, d or w")
-    return _whole(amount * factor, key, text)
 
 
 def _parse_choice(choices: tuple[str, ...]) -> Callable[[object, str], str]:
@@ -172,30 +95,13 @@ def _parse_cleanup_policy(value: object, key: str) -> tuple[str, ...]:
     return tuple(policies)
 
 
-def _size(value: object, key: str) -> int:
-    return parse_size(value, key=key)  # type: ignore[arg-type]
-
-
-def _ms(value: object, key: str) -> int:
-    return parse_duration_ms(value, key=key)  # type: ignore[arg-type]
-
-
-def _minutes(value: object, key: str) -> int:
-    return parse_duration_ms(value, key=key, plain_unit="min")  # type: ignore[arg-type]
-
-
-def _hours(value: object, key: str) -> int:
-    return parse_duration_ms(value, key=key, plain_unit="h")  # type: ignore[arg-type]
-
-
-def _count(value: object, key: str) -> int:
-    raw = _scalar_text(value, key)
-    if isinstance(raw, int):
-        return raw
-    amount, unit = _number(raw, key, value)
-    if unit:
-        raise ConfigError(key, value, "a count takes no unit")
-    return _whole(amount, key, value)
+def _separator(value: object, key: str) -> str | None:
+    # The console producer's key.separator: any non-empty text that cannot occur inside a line.
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\n" in value:
+        raise ConfigError(key, value, "expected a non-empty string without a newline (or null for off)")
+    return value
 
 
 def _negative_is_unlimited(parse: Callable[[object, str], int]) -> Callable[[object, str], int]:
@@ -212,7 +118,7 @@ def _hours_at_least(minimum: int) -> Callable[[object, str], int]:
 
     def parse(value: object, key: str) -> int:
         ms = _hours(value, key)
-        if ms < minimum * _MS_PER_UNIT["h"]:
+        if ms < minimum * 3_600_000:
             raise ConfigError(key, value, f"must be at least {minimum} hour(s)")
         return ms
 
@@ -222,11 +128,12 @@ def _hours_at_least(minimum: int) -> Callable[[object, str], int]:
 @dataclass(frozen=True)
 class _Field:
     attr: str
-    kind: str  # "int" (Java int), "long", "str", "list"
+    kind: str  # "int" (Java int), "long", "double", "str", "list", "separator"
     minimum: int | None
     # (name, parser) in precedence order: the topic-level name first, then broker-level names.
     names: tuple[tuple[str, Callable[[object, str], object]], ...]
     why_minimum: str = ""  # said after "must be at least N" when the minimum is not Kafka's
+    maximum: float | None = None  # only "double" fields have one (a ratio is at most 1)
 
     @property
     def topic_name(self) -> str:
@@ -313,7 +220,33 @@ _FIELDS: tuple[_Field, ...] = (
         None,
         (("cleanup.policy", _parse_cleanup_policy), ("log.cleanup.policy", _parse_cleanup_policy)),
     ),
+    _Field(
+        "min_cleanable_dirty_ratio",
+        "double",
+        0,
+        (("min.cleanable.dirty.ratio", real_value), ("log.cleaner.min.cleanable.ratio", real_value)),
+        maximum=1.0,
+    ),
+    _Field(
+        "min_compaction_lag_ms",
+        "long",
+        0,
+        (("min.compaction.lag.ms", _ms), ("log.cleaner.min.compaction.lag.ms", _ms)),
+    ),
+    _Field(
+        "max_compaction_lag_ms",
+        "long",
+        1,
+        (("max.compaction.lag.ms", _ms), ("log.cleaner.max.compaction.lag.ms", _ms)),
+    ),
+    _Field(
+        "delete_retention_ms",
+        "long",
+        0,
+        (("delete.retention.ms", _ms), ("log.cleaner.delete.retention.ms", _ms)),
+    ),
     _Field("fs_listing_limit", "int", 1, (("fs.listing.limit", _count),)),
+    _Field("fs_append_key_separator", "separator", None, (("fs.append.key.separator", _separator),)),
 )
 _FIELD_BY_ATTR = {f.attr: f for f in _FIELDS}
 _NAME_TO_FIELD = {name: (f, rank) for f in _FIELDS for rank, (name, _) in enumerate(f.names)}
@@ -329,10 +262,6 @@ _KAFKA_NAMES_NOT_APPLICABLE = frozenset(
         "message.downconversion.enable",
         "message.format.version",
         "preallocate",
-        "delete.retention.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-        "max.compaction.lag.ms",
         "message.timestamp.difference.max.ms",
         "message.timestamp.before.max.ms",
         "message.timestamp.after.max.ms",
@@ -351,11 +280,16 @@ class LogConfig:
     """The configuration of one log, one attribute per Kafka topic config (snake_case names).
 
     Defaults are Kafka's. ``flush_messages`` and ``flush_ms`` default to Long.MAX_VALUE, which means
-    "never flush by count/time, leave it to the OS". ``cleanup_policy`` accepts ``compact``, as Kafka
-    does, but seglogfs never runs compaction: a compacted log simply keeps all its records (and is
-    then exempt from time/size retention unless ``delete`` is listed too, as in Kafka).
+    "never flush by count/time, leave it to the OS". ``cleanup_policy`` ``compact`` makes the log
+    cleaner (``seglogfs.log_cleaner``) keep the latest record per key, driven by
+    ``min_cleanable_dirty_ratio``, ``min_compaction_lag_ms``, ``max_compaction_lag_ms`` and
+    ``delete_retention_ms`` (how long tombstones survive); a compacted log is exempt from time/size
+    retention unless ``delete`` is listed too, as in Kafka.
     ``compression_type`` ``producer`` keeps the compression of batches handed in; batches seglogfs
     builds itself are then uncompressed (``codec``).
+    ``fs_listing_limit`` and ``fs_append_key_separator`` are mount settings (not Kafka's): the length
+    of ``by-offset/`` listings, and the separator that splits ``key<sep>value`` lines written to
+    ``append`` (None: lines carry no key), as Kafka's console producer does with ``key.separator``.
     """
 
     segment_bytes: int = 1024**3
@@ -372,7 +306,12 @@ class LogConfig:
     compression_type: str = "producer"
     file_delete_delay_ms: int = 60_000
     cleanup_policy: tuple[str, ...] = ("delete",)
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
     fs_listing_limit: int = 100_000
+    fs_append_key_separator: str | None = None
 
     def __post_init__(self) -> None:
         for field in _FIELDS:
@@ -389,8 +328,13 @@ class LogConfig:
                     raise ConfigError(key, value, f"must be at least {low}{why}")
                 if value > high:
                     raise ConfigError(key, value, f"must be at most {high}")
+            elif field.kind == "double":
+                _check_ratio(field, value)
+                object.__setattr__(self, field.attr, float(value))
             elif field.kind == "str":
                 _parse_choice(_CHOICES[field.attr])(value, key)
+            elif field.kind == "separator":
+                _separator(value, key)
             else:
                 if not isinstance(value, tuple):
                     raise ConfigError(key, value, "expected a tuple of policies")
@@ -414,7 +358,9 @@ class LogConfig:
         defaults from server.properties (``log.segment.bytes``, ``log.retention.hours``...). Kafka's
         precedence applies: a topic-level name beats a broker-level one, ``log.roll.ms`` beats
         ``log.roll.hours``, ``log.retention.ms`` beats ``.minutes`` beats ``.hours``. Shadowed keys are
-        still validated. Unknown keys are refused. Errors are ``ConfigError`` naming the key, the value
+        still validated. The broker-wide cleaner settings (``log.cleaner.threads``..., see
+        ``CleanerConfig``) are skipped when ``broker_names`` is true, so one ``defaults`` mapping may
+        hold both. Unknown keys are refused. Errors are ``ConfigError`` naming the key, the value
         and the reason, followed by ``(in <source>)`` when ``source`` is given.
         """
         try:
@@ -434,6 +380,8 @@ class LogConfig:
             if not isinstance(key, str):
                 raise ConfigError(str(key), value, "config names are strings")
             entry = _NAME_TO_FIELD.get(key)
+            if entry is None and broker_names and key in CLEANER_CONFIG_NAMES:
+                continue  # a broker-wide cleaner setting: CleanerConfig.from_mapping reads it
             if entry is None or (entry[1] > 0 and not broker_names):
                 raise ConfigError(key, value, _unknown_reason(key, broker_names))
             field, rank = entry
@@ -488,9 +436,21 @@ class LogConfig:
         return out
 
 
+def _check_ratio(field: _Field, value: object) -> None:
+    key = field.topic_name
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(key, value, "expected a number")
+    if field.minimum is not None and value < field.minimum:
+        raise ConfigError(key, value, f"must be at least {field.minimum}")
+    if field.maximum is not None and value > field.maximum:
+        raise ConfigError(key, value, f"must be at most {field.maximum:g}")
+
+
 def _unknown_reason(key: str, broker_names: bool) -> str:
     if key in _KAFKA_NAMES_NOT_APPLICABLE:
         return "a Kafka config that seglogfs does not support"
+    if key in CLEANER_CONFIG_NAMES:
+        return "a broker-wide log cleaner setting; it belongs in defaults"
     if key in _NAME_TO_FIELD:
         return "a broker-level name; per-log settings take the topic-level name " + (
             _NAME_TO_FIELD[key][0].topic_name

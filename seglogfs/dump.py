@@ -6,6 +6,13 @@ entries and check them against the ``.log`` next to them (problems go to stderr 
 Kafka's words); ``.snapshot`` prints producer-state entries; ``.txnindex`` aborted transactions;
 anything else is ignored with a note on stderr.
 
+Where we differ: kafka-dump-log.sh ignores a data dir's text checkpoints ("Ignoring unknown file":
+their names have no suffix it knows); ``seglogfs dump`` lists them, one ``topic: T partition: P
+offset: O`` line per entry for the offset checkpoints (``cleaner-offset-checkpoint``,
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``replication-offset-checkpoint``) and ``epoch: E startOffset: O`` for a log's
+``leader-epoch-checkpoint``. A malformed checkpoint is an error naming the file and the line (exit 1).
+
 Not supported: the key/value decoder classes and the offsets / transaction-log / cluster-metadata /
 remote-log-metadata / share-group-state decoders (``--print-data-log`` always decodes as UTF-8 text,
 Kafka's default StringDecoder).
@@ -20,14 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from crc32c import crc32c
-
+from .checkpoint import CorruptCheckpointError
+from .dump_state_files import (
+    INT_MAX,
+    OFFSET_CHECKPOINTS,
+    dump_leader_epoch_checkpoint,
+    dump_offset_checkpoint,
+    dump_producer_snapshot,
+    dump_txn_index,
+)
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 from .log_files import (
     BOOTSTRAP_CHECKPOINT,
     INDEX_SUFFIX,
     KRAFT_SNAPSHOT_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     PRODUCER_SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -42,7 +57,6 @@ __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "INT_MAX", "DumpOptions", "dump_files"]
 
 #: KRaft metadata snapshots, ``<20-digit end offset>-<10-digit epoch>.checkpoint`` (record-batch files)
 
-INT_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {
@@ -54,9 +68,6 @@ CONTROL_TYPES = {
     5: "KRAFT_VERSION",
     6: "KRAFT_VOTERS",
 }
-_SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc32c, entry count
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, docs/kafka-format.md section 5.4
-_TXN_ENTRY = struct.Struct(">hqqqq")  # 34 bytes, docs/kafka-format.md section 8.6
 
 
 @dataclass
@@ -401,51 +412,6 @@ def _dump_time_index(
             offset_index.close()
 
 
-def _optional(value: int) -> str:
-    return "OptionalLong.empty" if value < 0 else f"OptionalLong[{value}]"
-
-
-def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
-    data = path.read_bytes()
-    if len(data) < _SNAPSHOT_HEAD.size:
-        err.write(f"Snapshot {path} is truncated: {len(data)} bytes\n")
-        return
-    version, stored_crc, count = _SNAPSHOT_HEAD.unpack_from(data)
-    computed = crc32c(data[6:])
-    if stored_crc != computed:
-        err.write(
-            f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored_crc}. "
-            f"Computed crc: {computed}\n"
-        )
-        return
-    if version != 1 or count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
-        err.write(f"Snapshot {path} has version {version} and {count} entries in {len(data)} bytes\n")
-        return
-    for i in range(count):
-        pid, epoch, last_seq, last_offset, offset_delta, timestamp, coord_epoch, txn_first = (
-            _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
-        )
-        first_seq = (
-            last_seq - offset_delta if last_seq >= offset_delta else INT_MAX - (offset_delta - last_seq) + 1
-        )
-        out.write(
-            f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coord_epoch} "
-            f"currentTxnFirstOffset: {_optional(txn_first)} lastTimestamp: {timestamp} "
-            f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
-            f"offsetDelta: {offset_delta} timestamp: {timestamp}\n"
-        )
-
-
-def _dump_txn_index(path: Path, out: TextIO) -> None:
-    data = path.read_bytes()
-    for pos in range(0, len(data) - _TXN_ENTRY.size + 1, _TXN_ENTRY.size):
-        version, pid, first, last, lso = _TXN_ENTRY.unpack_from(data, pos)
-        out.write(
-            f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
-            f"lastStableOffset: {lso}\n"
-        )
-
-
 def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: TextIO) -> int:
     """Dump every file in ``paths`` (as given on the command line); returns an exit status."""
     problems = _Problems()
@@ -456,20 +422,25 @@ def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: Tex
         suffix = path.suffix
         try:
             require_regular_file(path)
-            if suffix in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
+            if path.name in OFFSET_CHECKPOINTS:
+                dump_offset_checkpoint(path, out)
+            elif path.name == LEADER_EPOCH_CHECKPOINT:
+                dump_leader_epoch_checkpoint(path, out)
+            elif suffix in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
                 _dump_log(path, options, out, err, problems)
             elif suffix == INDEX_SUFFIX:
                 _dump_index(path, arg, options, out, err, problems)
             elif suffix == TIME_INDEX_SUFFIX:
                 _dump_time_index(path, arg, options, out, err, problems)
             elif suffix == PRODUCER_SNAPSHOT_SUFFIX:
-                _dump_producer_snapshot(path, out, err)
+                dump_producer_snapshot(path, out, err)
             elif suffix == TXN_INDEX_SUFFIX:
-                _dump_txn_index(path, out)
+                dump_txn_index(path, out)
             else:
                 err.write(f"Ignoring unknown file {arg}\n")
-        except (OSError, ValueError, CorruptIndexError) as exc:
-            # CorruptIndexError: --index-sanity-check failed; ValueError: a name that is not an offset
+        except (OSError, ValueError, CorruptIndexError, CorruptCheckpointError) as exc:
+            # CorruptIndexError: --index-sanity-check failed; ValueError: a name that is not an offset;
+            # CorruptCheckpointError names the file and the line
             err.write(f"{type(exc).__name__}: {exc}\n")
             status = 1
     out.flush()

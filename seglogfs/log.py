@@ -19,19 +19,21 @@ from pathlib import Path
 import numpy as np
 
 from .batch_cache import BatchCache
-from .batch_split import batch_encoder, largest_single_value, split_into_batches
+from .batch_split import BatchEncoder, batch_encoder, largest_single_value, split_into_batches
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
     CorruptRecordError,
+    InvalidRecordError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
     TimestampNotFoundError,
 )
 from .lock import LogLock
-from .log_files import DELETED_SUFFIX, parse_log_dir_name, validate_log_name
+from .log_files import parse_log_dir_name, validate_log_name
 from .log_loader import LogLoader
+from .log_removal import SegmentRemoval
 from .log_segments import (
     clock_ms,
     discard_new_segment,
@@ -52,7 +54,7 @@ from .records import (
     encode_batch,
     encode_values,
 )
-from .retention import deletable_segment_count
+from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
 
@@ -68,7 +70,7 @@ class AppendInfo:
     max_timestamp: int
 
 
-class Log:
+class Log(SegmentRemoval):
     """One log directory. Open it with :meth:`Log.open`."""
 
     def __init__(
@@ -163,6 +165,11 @@ class Log:
         return self._next_offset
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first (a snapshot)."""
         return self._segments
@@ -212,7 +219,7 @@ class Log:
             "partition": self.partition,
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
-            "records": self.end_offset - self.start_offset,
+            "records": self._record_count(),
             "segments": len(self._segments),
             "bytes": self.size_bytes,
             "first_timestamp": self.first_timestamp,
@@ -222,12 +229,21 @@ class Log:
             "config": self.config.to_dict(),
         }
 
+    def _record_count(self) -> int:
+        """User records from the start offset: ``end - start`` unless the log is compacted (gaps)."""
+        if "compact" not in self.config.cleanup_policy:
+            return self.end_offset - self.start_offset
+        from .offset_listing import record_count  # it walks Log objects: imported late, no cycle
+
+        return record_count(self)
+
     # ================================================================== appending
 
     def append(self, records: Sequence[ProducerRecord]) -> AppendInfo:
         """Append ``records`` as ONE RecordBatch, atomically: all of them or (on error) none."""
         if not records:
             raise ValueError("nothing to append")
+        self._check_keys(records)
         with self._lock:
             self._check_writable()
             now = clock_ms(self._clock)
@@ -244,6 +260,7 @@ class Log:
         """Append key-less values sharing one timestamp (default: now) as one batch: the fast path."""
         if not values:
             raise ValueError("nothing to append")
+        self._check_keys(values)
         with self._lock:
             self._check_writable()
             now = clock_ms(self._clock)
@@ -257,12 +274,15 @@ class Log:
             )
             return self._append_batch(batch, len(values), now)
 
-    def append_split(self, items: Sequence[ProducerRecord] | Sequence[bytes]) -> list[AppendInfo]:
+    def append_split(
+        self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues
+    ) -> list[AppendInfo]:
         """Append ``items`` in order as one batch, or as several consecutive batches when together
         they exceed ``max.message.bytes``: each batch as long as fits, judged by its exact encoded
         (compressed) size (see :mod:`seglogfs.batch_split`). ``bytes`` items are key-less values
         sharing one timestamp, as in :meth:`append_values`; :class:`ProducerRecord` items keep keys,
-        headers and timestamps.
+        headers and timestamps; :class:`KeyedValues` are keyed values sharing one timestamp (the
+        keyed fast path).
 
         Every batch is encoded before the first is appended, so a record too large even alone raises
         :class:`RecordTooLargeError` (its ``index`` names it) with nothing appended. All or nothing:
@@ -271,14 +291,37 @@ class Log:
         """
         if not items:
             raise ValueError("nothing to append")
+        self._check_keys(items)
         with self._lock:
             self._check_writable()
             now = clock_ms(self._clock)
-            encode = batch_encoder(items, now, self._codec(), self._timestamp_type())
+            encode = self._split_encoder(items, now)
             planned = split_into_batches(
                 encode, len(items), self._next_offset, self.config.max_message_bytes, self.name
             )
             return self._append_batches(planned, now)
+
+    def _split_encoder(
+        self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues, now_ms: int
+    ) -> BatchEncoder:
+        codec, ts_type = self._codec(), self._timestamp_type()
+        if not isinstance(items, KeyedValues):
+            return batch_encoder(items, now_ms, codec, ts_type)
+        return lambda start, end, base: encode_keyed_values(
+            items.slice(start, end), base, now_ms, compression=codec, timestamp_type=ts_type
+        )
+
+    def _check_keys(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
+        """A compacted log takes only keyed records, as a broker refuses others (InvalidRecordError)."""
+        if "compact" not in self.config.cleanup_policy or isinstance(items, KeyedValues):
+            return
+        for i, item in enumerate(items):
+            if not isinstance(item, ProducerRecord) or item.key is None:
+                policy = ",".join(self.config.cleanup_policy)
+                raise InvalidRecordError(
+                    f"log {self.name} is compacted (cleanup.policy={policy}): record {i} has no key, "
+                    "and compaction keeps records by key"
+                )
 
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)
@@ -338,9 +381,12 @@ class Log:
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:
         active = self._segments[-1]
         cfg = self.config
+        segment_ms = cfg.segment_ms
+        if "compact" in cfg.cleanup_policy:  # Kafka: a compacted log rolls by max.compaction.lag.ms too
+            segment_ms = min(segment_ms, cfg.max_compaction_lag_ms)
         if active.should_roll(
             segment_bytes=cfg.segment_bytes,
-            segment_ms=cfg.segment_ms,
+            segment_ms=segment_ms,
             messages_size=size,
             max_timestamp=max_ts,
             last_offset=last_offset,
@@ -395,62 +441,6 @@ class Log:
         with self._lock:
             if self._dirty and now - self._last_flush_ms >= self.config.flush_ms and not self._closed:
                 self._flush_locked()
-
-    # ================================================================== retention
-
-    def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Kafka's retention: by time, by size and by log start offset (:mod:`seglogfs.retention`).
-        Returns the number of segments deleted.
-
-        Deleted segments are renamed ``.deleted`` at once and removed after ``file.delete.delay.ms``.
-        """
-        if self.read_only or self._closed:
-            return 0
-        now = clock_ms(self._clock) if now_ms is None else now_ms
-        with self._lock:
-            segments = self._segments
-            deletable = deletable_segment_count(segments, self.config, self._start_offset, now, self.name)
-            # Never delete the last segment when it is empty; if all would go, roll first (as Kafka).
-            if deletable >= len(segments):
-                if segments[-1].size == 0:
-                    deletable = len(segments) - 1
-                else:
-                    self.roll()
-                    segments = self._segments
-            if deletable > 0:
-                self._delete_segments(segments[:deletable], segments[deletable:], now)
-            self._purge_deleted(now)
-            return max(deletable, 0)
-
-    def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
-        """Take ``doomed`` out of the log: renamed ``.deleted``, purged after ``file.delete.delay.ms``."""
-        # Open until purged (as in Kafka): a reader in the middle of one, on an older snapshot of the
-        # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
-        # deleted before they leave the segment list: a reader finds each in one list or the other.
-        pending = [(now_ms + self.config.file_delete_delay_ms, segment, []) for segment in doomed]
-        self._pending_deletes.extend(pending)
-        self._set_segments(kept)
-        self._start_offset = max(self._start_offset, kept[0].base_offset)
-        self._batch_cache.clear()
-        for _, segment, paths in pending:
-            self._dirty.discard(segment)
-            name = segment.log_path.name
-            paths.extend(segment.rename_suffix(DELETED_SUFFIX))
-            log.info("%s: retention deleted segment %s", self.name, name)
-
-    @property
-    def deleted_segments(self) -> list[LogSegment]:
-        """Segments retention deleted whose files (renamed ``.deleted``) are kept until
-        ``file.delete.delay.ms`` has passed, oldest first: a reader in the middle of one may finish it."""
-        return [segment for _, segment, _ in self._pending_deletes]
-
-    def _purge_deleted(self, now_ms: int) -> None:
-        due = [p for p in self._pending_deletes if p[0] <= now_ms]
-        self._pending_deletes = [p for p in self._pending_deletes if p[0] > now_ms]
-        for _, segment, paths in due:
-            segment.close(trim=False)
-            for path in paths:
-                path.unlink(missing_ok=True)
 
     # ================================================================== reading
 

@@ -2,8 +2,9 @@
 
 It keeps Kafka's data-dir files: ``.kafka_cleanshutdown`` (deleted as soon as loading starts and
 written again on a clean close) and the text checkpoints ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint`` and ``replication-offset-checkpoint``, so a directory written here is
-one a broker can load, and a broker's directory opens here.
+``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` (and, through its log cleaner,
+``cleaner-offset-checkpoint``), so a directory written here is one a broker can load, and a broker's
+directory opens here. It owns the log cleaner (:mod:`seglogfs.cleaner_manager`), as Kafka's does.
 
 A writer locks the data dir (``.lock``, as a broker does) besides each log dir. Loading follows no
 symlink, and one log's damage stops nothing: a log that cannot be opened, or whose topic-partition
@@ -31,11 +32,14 @@ from .checkpoint import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
+from .cleaner_config import CleanerConfig
+from .cleaner_manager import LogCleaner
 from .config import LogConfig
 from .errors import CloseError, InvalidLogNameError, ReadOnlyLogError, SeglogError
 from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
+from .log_cleaner import CleanResult
 from .log_files import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -69,8 +73,10 @@ class LogManager:
         *,
         read_only: bool = False,
         clock: Callable[[], float] = time.time,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.cleaner_config = cleaner_config or CleanerConfig()
         self.default_config = default_config or LogConfig()
         self.log_configs: dict[str, LogConfig] = dict(log_configs or {})
         self.read_only = read_only
@@ -94,6 +100,7 @@ class LogManager:
         except BaseException:
             self._release_dir_lock()
             raise
+        self.cleaner = LogCleaner(self.data_dir, self.cleaner_config, lambda: dict(self._logs), clock=clock)
 
     def _load(self) -> None:
         clean = self._loaded_clean = read_clean_shutdown_marker(self.data_dir) is not None
@@ -273,6 +280,26 @@ class LogManager:
             for name, log_obj in self._logs.items():
                 log_obj.update_config(self.config_for(name))
 
+    # ------------------------------------------------------------------ compaction
+
+    def start_cleaner(self) -> None:
+        """Start the log cleaner's threads (``log.cleaner.threads``; none when ``log.cleaner.enable``
+        is false or the data dir is read-only). :meth:`close` stops them."""
+        if not self.read_only and not self._closed:
+            self.cleaner.start()
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult | None:
+        """One round of the cleaner in this thread: the dirtiest compacted log cleaned once (None when
+        no log needs it). For tests and benchmarks; the threads do this in the background."""
+        if self.read_only or self._closed:
+            return None
+        return self.cleaner.clean_once(now_ms)
+
+    def cleaner_state(self, name: str) -> dict:
+        """Log ``name``'s compaction state, JSON-ready: dirty_ratio, cleanable, first_dirty_offset,
+        last_clean_ms, passes, bytes_in, bytes_out, records_removed (KeyError for no such log)."""
+        return self.cleaner.state(self._logs[name])
+
     # ------------------------------------------------------------------ periodic work
 
     def maintain(self, now_ms: int | None = None) -> None:
@@ -338,6 +365,7 @@ class LogManager:
         closed, the checkpoints are still written (a recovery point only ever covers flushed data),
         and the marker is written only when every log closed; then ``CloseError`` names the failures.
         """
+        self.cleaner.stop()  # first: a clean in progress is abandoned before its log closes
         with self._lock:
             if self._closed:
                 return

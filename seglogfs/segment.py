@@ -61,6 +61,7 @@ class LogSegment(SegmentSurvey, SegmentRecovery):
         roll_jitter_ms: int = 0,
         writable: bool = True,
         created_ms: int = 0,
+        file_suffix: str = "",
     ):
         self.dir = Path(directory)
         self.base_offset = base_offset
@@ -69,9 +70,10 @@ class LogSegment(SegmentSurvey, SegmentRecovery):
         self.roll_jitter_ms = roll_jitter_ms
         self.writable = writable
         self.created_ms = created_ms
-        self.log_path = self.dir / segment_file_name(base_offset, LOG_SUFFIX)
-        self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX)
-        self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        # ``file_suffix``: the log cleaner writes a segment as ``<base>.log.cleaned`` and its indexes.
+        self.log_path = self.dir / (segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
+        self.index_path = self.dir / (segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix)
+        self.time_index_path = self.dir / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._open_flags = flags | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted symlink is ELOOP
         self._fd_value = -1

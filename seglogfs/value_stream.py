@@ -22,6 +22,15 @@ between records gets end of file, and when it asks again it goes on from the log
 The hole lasts only while someone may hold positions: with no reader open and no :meth:`size` asked
 for longer than the kernel caches it, the stream drops its hole and begins at the log start offset
 again (so ``tail -n`` finds every line before the end, as in a file that never had a hole).
+
+Compaction: a segment the log cleaner replaced (the same base offset, a new :class:`LogSegment`, often
+several old segments grouped into one) is, for a stream that counted it, like one retention deleted:
+read from its ``.deleted`` file while that exists, then hole; the size never shrinks while a reader is
+open. The replacing segment holds offsets the stream counted already, so it is not counted again (of
+one whose predecessors were purged before the stream finished them, only the batches after the last
+offset counted). A new reader of such a stream starts at the first position still readable (the
+pre-clean records, while their files exist). A fresh stream (a new one, or one that begins again after
+its quiet time) counts the live segments only: the compacted content, offset gaps skipped.
 """
 
 from __future__ import annotations
@@ -36,17 +45,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
+from seglogfs.log_segments import segment_index_for
 from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment
 from seglogfs.stream_format import VALUES, StreamFormat
+from seglogfs.stream_reader import StreamReader
 from seglogfs.stream_totals import SealedTotal, remember_sealed_total, sealed_total
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
 
+__all__ = ["QUIET_BEFORE_REBASE_S", "StreamReader", "ValueStream"]
+
 log = logging.getLogger(__name__)
 
-_NEWLINE = 10
 _TABLES_KEPT = 8  # sealed segments whose batch table stays in memory, and more while their tables
 _TABLE_ENTRIES_KEPT = 100_000  # hold this many batches (~100 bytes each): then no segment is counted twice
 #: how long after the last size() with no reader open the stream may drop its hole; the mount then
@@ -239,26 +251,26 @@ class ValueStream:
         live = self.log.segments  # a snapshot: the list is replaced, never changed in place
         # Deleted segments still on disk, read after the live ones: one deleted in between is in both.
         retired = [s for s in self.log.deleted_segments if all(s is not x for x in live)]
-        live_index = {s.base_offset: k for k, s in enumerate(live)}
+        live_by_base = {s.base_offset: (k, s) for k, s in enumerate(live)}
         for seg in self._segments.values():
-            k = live_index.get(seg.base_offset)
-            if k is None:
+            k, segment = live_by_base.get(seg.base_offset, (None, None))
+            if segment is not seg.segment:  # retention deleted it, or the cleaner replaced it
                 seg.dropped = True
-            seg.sealed = seg.sealed or k is None or k + 1 < len(live)
+            seg.sealed = seg.sealed or seg.dropped or k + 1 < len(live)
         self._scan_incomplete(sealed_only=True)  # their final next offsets tell whether records were lost
-        candidates = [*retired, *live]
+        fresh = not self._segments and not self._hole
+        # A fresh stream begins with the live segments: the cleaner's replacements, not what they replaced.
+        candidates = [*([] if fresh else retired), *live]
+        first_live = len(candidates) - len(live)
         for k, segment in enumerate(candidates):
             state = self._segments.get(segment.base_offset)
+            if state is not None and state.segment is not segment:
+                continue  # the cleaner's replacement of a segment the stream counted already
             if state is None:
-                newest = next(reversed(self._segments.values()), None)
-                if newest is not None and segment.base_offset < newest.base_offset:
-                    continue  # older than what the stream already counts: not part of it
-                fresh = not self._segments and not self._hole
-                if fresh and self._before_first_offset(candidates, k):
+                state = self._add_segment(candidates, k)
+                if state is None:
                     continue
-                self._check_continuity(newest, segment.base_offset)
-                state = self._segments[segment.base_offset] = self._new_segment(segment, fresh=fresh)
-            state.dropped = state.dropped or k < len(retired)
+            state.dropped = state.dropped or k < first_live
             state.sealed = state.sealed or state.dropped or k + 1 < len(candidates)
         self._scan_incomplete()
         for seg in list(self._segments.values()):
@@ -266,6 +278,30 @@ class ValueStream:
                 break
             self._forget_through(seg)  # purged: its bytes can no longer be read
         return list(self._segments.values())
+
+    def _add_segment(self, candidates: list[LogSegment], k: int) -> _Segment | None:
+        """The state of ``candidates[k]``, a segment the stream meets for the first time; None when its
+        records are not part of the stream (before the stream's first record, or counted already)."""
+        segment = candidates[k]
+        newest = next(reversed(self._segments.values()), None)
+        if newest is not None and segment.base_offset < newest.base_offset:
+            return None  # older than what the stream already counts: not part of it
+        fresh = not self._segments and not self._hole
+        if fresh and self._before_first_offset(candidates, k):
+            return None
+        counted_to = self._hole_next_offset if newest is None else newest.next_offset
+        if counted_to is not None and segment.base_offset < counted_to:
+            # A cleaner's replacement of segments whose files are gone: only its records after the
+            # last one counted are new (the cleaner keeps batch boundaries, so none straddles it).
+            later = (c.base_offset for c in candidates[k + 1 :] if c.base_offset > segment.base_offset)
+            ends = min(later, default=self.log.end_offset)
+            if ends <= counted_to:
+                return None
+            state = self._segments[segment.base_offset] = _Segment(segment, min_offset=counted_to)
+            return state
+        self._check_continuity(newest, segment.base_offset)
+        state = self._segments[segment.base_offset] = self._new_segment(segment, fresh=fresh)
+        return state
 
     def _before_first_offset(self, candidates: list[LogSegment], k: int) -> bool:
         """Whether ``candidates[k]`` lies wholly before a from-stream's first offset."""
@@ -385,23 +421,49 @@ class ValueStream:
 
     def _maybe_rebase(self) -> None:
         """With no reader open and no recent size(), begin the stream at the log start offset again:
-        nobody can see the positions shift, and ``tail -n`` then finds every line before the end."""
+        nobody can see the positions shift, and ``tail -n`` then finds every line before the end.
+        When the cleaner replaced segments the stream counted, it begins afresh, with their cleaned
+        content (sealed segments' totals are shared: :mod:`seglogfs.stream_totals`)."""
         if self._readers or time.monotonic() - self._last_size < QUIET_BEFORE_REBASE_S:
             return
-        dropped = [seg for seg in self._refresh() if seg.dropped]  # they lead: segments are in order
+        segments = self._refresh()
+        kept = [seg for seg in segments if not seg.dropped]
+        retention_only = segments[len(segments) - len(kept) :] == kept  # the dropped ones lead
+        if kept and not (retention_only and kept[0].segment is self._first_live()):
+            # Not simply the log's live segments after retention's: the cleaner replaced some.
+            self._forget_through(segments[-1])
+            self._hole_next_offset = None
+            self.rebases += 1  # positions changed: a cached st_size is stale (seglogfs.fs.invalidation)
+            self._hole = 0
+            return
+        dropped = [seg for seg in segments if seg.dropped]  # they lead: segments are in order
         if dropped:
             self._forget_through(dropped[-1])
         self.rebases += bool(self._hole)  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
         self._hole = 0
 
+    def _first_live(self) -> LogSegment | None:
+        """The live segment a fresh stream would count first."""
+        live = self.log.segments
+        if not live:
+            return None
+        return live[0] if self.first_offset is None else live[segment_index_for(self.first_offset, live)]
+
+    def _replaced(self, seg: _Segment) -> bool:
+        """Whether ``seg`` left the log for a cleaned segment (not for retention): the log still
+        holds its offsets, in a segment the stream does not count."""
+        live = self.log.segments
+        return seg.dropped and bool(live) and seg.next_offset > live[0].base_offset
+
     def bounds(self) -> tuple[int, int]:
         """(The first stream position that can still be read, i.e. the end of the hole; the position of
-        the log start offset.) Between them lie segments retention deleted that are still readable."""
+        the log start offset.) Between them lie segments retention deleted that are still readable;
+        segments the cleaner replaced are not skipped (their offsets are still part of the log)."""
         with self._lock:
             segments = self._refresh()  # may turn segments into hole: read the hole after it
             live_from = self._hole
             for seg in segments:
-                if not seg.dropped:
+                if not seg.dropped or self._replaced(seg):
                     break
                 live_from += seg.nbytes
             return self._hole, live_from
@@ -442,63 +504,3 @@ class ValueStream:
     def _reader_closed(self) -> None:
         with self._lock:
             self._readers -= 1
-
-
-class StreamReader:
-    """One open ``records`` file: reads by position, as :meth:`ValueStream.read`, except where the
-    stream's hole begins (see the module docstring): a reader never sees a torn or repeated line."""
-
-    def __init__(self, stream: ValueStream) -> None:
-        self.stream = stream
-        self._lock = threading.Lock()
-        self._skip = 0  # added to every position asked: the bytes of the hole this reader jumped over
-        self._started = False  # a read was answered (bytes, or the end of the stream)
-        self._next = 0  # the position after the last bytes returned
-        self._at_line_start = True  # the last bytes returned ended a line
-        self._eof_in_hole: int | None = None  # position of the last read answered b"" for the hole
-        self._closed = False
-
-    def close(self) -> None:
-        """The file is closed (the stream may then drop its hole, see :meth:`ValueStream.size`)."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self.stream._reader_closed()
-
-    def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes at this reader's ``position``."""
-        if size <= 0 or position < 0:
-            return b""
-        with self._lock, self.stream._lock:  # one refresh (in bounds) serves the read
-            while True:
-                target = position + self._skip
-                readable, live = self.stream.bounds()
-                fresh = not self._started and target < live
-                if fresh or (target < readable and position == self._eof_in_hole):
-                    # A new reader starts at the log start offset; one that met the hole and asks again
-                    # (tail -f after its end of file) goes on from there.
-                    if not fresh:
-                        log.warning(
-                            "%s: a records reader fell behind retention: %d bytes of records skipped",
-                            self.stream.log.name, live - target,
-                        )
-                    self._skip += live - target
-                    self._eof_in_hole = None
-                    target = live
-                elif target < readable:
-                    if position == self._next and not self._at_line_start:
-                        raise OffsetOutOfRangeError(
-                            f"the record being read from the records of log {self.stream.log.name} "
-                            f"was removed by retention"
-                        )
-                    self._eof_in_hole = position
-                    return b""
-                try:
-                    data = self.stream._read_refreshed(target, size)
-                except OffsetOutOfRangeError:
-                    continue  # the hole grew meanwhile: decide again
-                self._started = True  # one that opened an empty log follows it from its start
-                if data:
-                    self._next = position + len(data)
-                    self._at_line_start = data[-1] == _NEWLINE
-                return data

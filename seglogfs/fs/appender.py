@@ -1,7 +1,8 @@
 """The append files' open handles: bytes written to ``append``, ``append.jsonl``, ``append.raw`` -> records.
 
-``append`` takes one record per line, ``append.jsonl`` one JSON line per record (:mod:`seglogfs.jsonl`),
-``append.raw`` the whole body of the file as one record. Splitting lines into batches under
+``append`` takes one record per line (``key<sep>value`` when the log sets ``fs.append.key.separator``),
+``append.jsonl`` one JSON line per record (:mod:`seglogfs.jsonl`), ``append.raw`` the whole body of the
+file as one record. Splitting lines into batches under
 max.message.bytes is the engine's (``Log.append_split``, ``Log.max_value_bytes``); this module only
 keeps what a writer has not finished (a partial line, the raw body) and decides what a refused write
 takes with it.
@@ -17,12 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from seglogfs.errors import RecordTooLargeError
+from seglogfs.errors import InvalidRecordError, RecordTooLargeError
 from seglogfs.fs.handles import OpenFile
 from seglogfs.fs.paths import Node
 from seglogfs.jsonl import parse_jsonl_line
 from seglogfs.log import Log
 from seglogfs.records import ProducerRecord
+from seglogfs.records.encode import KeyedValues, NoSeparatorError
 
 log = logging.getLogger("seglogfs.fs")
 
@@ -52,6 +54,15 @@ class Appender(OpenFile):
 
     def fsync(self) -> None:
         self.log.flush()
+
+    def _refuse_keyless(self, what: str) -> None:
+        """A compacted log refuses records without a key, as a broker does; when every record of this
+        file would be one, fail its first write at once rather than the release nobody hears."""
+        policy = self.log.config.cleanup_policy
+        if "compact" in policy:
+            raise InvalidRecordError(
+                f"log {self.log.name} is compacted (cleanup.policy={','.join(policy)}) and {what} has no key"
+            )
 
     def release(self, why: str) -> None:
         try:
@@ -86,6 +97,7 @@ class LineAppender(Appender):
         if self.discarding or (self.refused and data.startswith(self.refused)):
             self.discarding = not data.endswith(b"\n")  # the line it leaves unfinished goes as well
             raise RecordTooLargeError("the rest of a line over max.message.bytes: discarded")
+        self._check_keys()
         self.refused = b""
         try:
             limit = self._line_limit()
@@ -107,14 +119,30 @@ class LineAppender(Appender):
             raise
         self.pending = bytearray(data[last_newline + 1 :])
 
+    def _separator(self) -> bytes | None:
+        """``fs.append.key.separator`` as bytes (read at each write: a reload changes it live)."""
+        separator = self.log.config.fs_append_key_separator
+        return separator.encode() if separator is not None else None
+
+    def _check_keys(self) -> None:
+        if self._separator() is None:
+            self._refuse_keyless("a line of append without fs.append.key.separator")
+
     def _line_limit(self) -> int:
-        """The longest line worth buffering: the largest value a batch of its own can hold."""
-        return self.log.max_value_bytes()
+        """The longest line worth buffering: the largest value a batch of its own can hold, plus the
+        separator when lines carry keys (an empty key costs what a null key does: one varint byte)."""
+        separator = self._separator()
+        return self.log.max_value_bytes() + (len(separator) if separator is not None else 0)
 
     def _commit_lines(self, complete: bytes) -> None:
         """Append the lines of ``complete`` (no trailing newline): one batch, or several when together
-        they exceed max.message.bytes (``Log.append_split``); nothing when a line alone is too large."""
-        self.log.append_split(complete.split(b"\n"))
+        they exceed max.message.bytes (``Log.append_split``); nothing when a line alone is too large,
+        or (EINVAL) when a line lacks the key separator."""
+        separator = self._separator()
+        if separator is None:
+            self.log.append_split(complete.split(b"\n"))  # the fast path: key-less values
+            return
+        self.log.append_split(keyed_records(complete, separator))
 
     def _commit_pending(self) -> None:
         with self.lock:
@@ -127,6 +155,9 @@ class JsonLineAppender(LineAppender):
     """``append.jsonl``: each non-blank line is a record as JSON (key, value, headers, timestamp)."""
 
     __slots__ = ()
+
+    def _check_keys(self) -> None:
+        """Each JSON line says whether it has a key: the engine judges them."""
 
     def _line_limit(self) -> int:
         """A record's key, value and headers together are under max.message.bytes, and JSON may spell
@@ -151,6 +182,7 @@ class RawAppender(Appender):
 
     def _write_locked(self, data: bytes) -> None:
         """Collect the body; once it cannot fit a batch of its own it is gone for good."""
+        self._refuse_keyless("an append.raw record")
         limit = self.log.max_value_bytes()
         if self.discarding or len(self.pending) + len(data) > limit:
             self.pending, self.written, self.discarding = bytearray(), False, True
@@ -167,3 +199,18 @@ class RawAppender(Appender):
                 return
             body, self.pending, self.written = bytes(self.pending), bytearray(), False
             self.log.append([ProducerRecord(value=body)])
+
+
+def keyed_records(text: bytes, separator: bytes) -> KeyedValues:
+    """``key<sep>value`` lines (``text`` without its last newline) -> keyed records, split at the FIRST
+    separator (Kafka's console producer with ``parse.key=true``: a separator in the value stays in
+    the value). A line without the separator is refused, as that producer refuses it:
+    :class:`InvalidRecordError` naming the line (1-based, within the write) and nothing appended."""
+    try:
+        return KeyedValues.split_lines(text, separator)
+    except NoSeparatorError as exc:
+        line = text.split(b"\n")[exc.line]
+        raise InvalidRecordError(
+            f"no key separator {separator!r} (fs.append.key.separator) on line {exc.line + 1} of the "
+            f"write: {line[:80]!r}"
+        ) from None

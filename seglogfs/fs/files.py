@@ -9,6 +9,7 @@ and its ``info`` answer for an offline log.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,6 +27,7 @@ from seglogfs.fs.paths import DIRECTORIES, LOG_ENTRIES, Kind, Node
 from seglogfs.jsonl import headers_to_json
 from seglogfs.log import Log
 from seglogfs.log_dir_files import LogDirFiles
+from seglogfs.offset_listing import newest_offsets
 from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
 from seglogfs.value_stream import ValueStream
 
@@ -127,16 +129,15 @@ class Listing(Directory):
 
 
 class ByOffsetDir(Listing):
-    """``by-offset/``: the last ``fs.listing.limit`` offsets (any offset still readable opens)."""
+    """``by-offset/``: the newest ``fs.listing.limit`` offsets that hold a record (a compacted log's
+    gaps are not listed); any offset still readable opens."""
 
     __slots__ = ()
 
     def readdir(self, node: Node) -> list[DirEntry]:
         lg = self.ctx.log(node)
-        end = lg.end_offset
-        limit = lg.config.fs_listing_limit
-        first = max(lg.start_offset, end - limit)
-        return [*_DOTS, *((str(n), stat.S_IFREG, 0) for n in range(first, end))]
+        runs = newest_offsets(lg, lg.config.fs_listing_limit)
+        return [*_DOTS, *((str(n), stat.S_IFREG, 0) for run in runs for n in run)]
 
 
 class SegmentsDir(Listing):
@@ -258,9 +259,10 @@ class InfoFile(ReadOnlyFile):
         fi.direct_io = 1
         return SnapshotFile(offline if lg is None else self._info(lg))
 
-    @staticmethod
-    def _info(lg: Log) -> bytes:
+    def _info(self, lg: Log) -> bytes:
         info = {"name": lg.name, "topic": lg.topic, "partition": lg.partition, **lg.info()}
+        with contextlib.suppress(KeyError):  # the log went away since it was found: nothing to add
+            info["cleaner"] = self.ctx.manager.cleaner_state(lg.name)
         return (json.dumps(info, indent=2, sort_keys=False, default=str) + "\n").encode()
 
 

@@ -195,6 +195,10 @@ class Notifier:
         self.invalidate = invalidate
         self.interval = interval
         self._states: dict[str, LogState] = {}
+        #: changes that moved or replaced offsets, invalidated once more at the next check: a request
+        #: that read the old segment list just before the change may answer (and the kernel cache its
+        #: answer, the mount cache its record) just after the first invalidation
+        self._again: dict[str, tuple[LogState | None, LogState]] = {}
         self._names: frozenset[str] = frozenset()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -254,18 +258,25 @@ class Notifier:
             old = self._states.get(name)
             if state != old:
                 self._states[name] = state
+                if name in self._again:  # the previous change's second time, before this one's first
+                    done += self._log_changed(name, lg, *self._again.pop(name), replay=True)
                 same_log = old is not None and old.log_id == state.log_id  # else: reopened, all may differ
                 done += self._log_changed(name, lg, old if same_log else None, state)
+            elif name in self._again:
+                done += self._log_changed(name, lg, *self._again.pop(name), replay=True)
         for name in self._states.keys() - logs.keys():
             del self._states[name]
+            self._again.pop(name, None)
         return done
 
     def _paths(self, paths: Iterable[str]) -> int:
         """Invalidate ``paths``; how many the kernel held."""
         return sum(1 for path in paths if self.invalidate(path) == 0)
 
-    def _log_changed(self, name: str, lg: Log, old: LogState | None, new: LogState) -> int:
-        """Invalidate what ``old`` -> ``new`` made stale (``old`` None: anything may have changed)."""
+    def _log_changed(self, name: str, lg: Log, old: LogState | None, new: LogState, *,
+                     replay: bool = False) -> int:
+        """Invalidate what ``old`` -> ``new`` made stale (``old`` None: anything may have changed);
+        ``replay``: the second time, at the check after the change."""
         notes = self.notes.take(name)
         growing_gone = [p for p in notes.growing if self.invalidate(p) != 0]
         done = len(notes.growing) - len(growing_gone)
@@ -274,6 +285,8 @@ class Notifier:
         moved = old is None or old.start != new.start or _replaced(old, new)
         links_gone: list[str] = []
         if moved:
+            if not replay:
+                self._again[name] = (old, new)  # once more at the next check
             self.forget_records(name)
             links_gone = [p for p in notes.time_links if self.invalidate(p) != 0]
             done += len(notes.time_links) - len(links_gone)

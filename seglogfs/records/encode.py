@@ -7,7 +7,9 @@ shared varint module doubled the back-and-forth between files on the read path).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,8 +98,10 @@ def _records_area(
     value_lengths: np.ndarray,
     ts_deltas: np.ndarray,
     header_blobs: Sequence[bytes] | None,
+    pairs: KeyedValues | None = None,
 ) -> bytes:
-    """The concatenated v2 records (uncompressed), built with one numpy scatter per field."""
+    """The concatenated v2 records (uncompressed), built with one numpy scatter per field. With
+    ``pairs`` the keys and values are its slices (``key_blob`` and ``value_blob`` unused)."""
     n = value_lengths.shape[0]
     od_zz = _zigzag_np(np.arange(n, dtype=np.int64))
     ts_zz = _zigzag_np(ts_deltas)
@@ -132,28 +136,43 @@ def _records_area(
     pos += vl_sz
     value_pos = pos.copy()
     pos += value_n
-    _copy_slices(out, key_pos, key_n, key_blob)
-    _copy_slices(out, value_pos, value_n, value_blob)
+    if pairs is None:
+        _copy_slices(out, key_pos, key_n, key_blob)
+        _copy_slices(out, value_pos, value_n, value_blob)
+    else:  # keys and values in one gather: they alternate in the output as in the buffer
+        dest = np.column_stack((key_pos, value_pos)).ravel()
+        lengths = np.column_stack((key_n, value_n)).ravel()
+        src = np.column_stack((pairs.key_starts, pairs.value_starts)).ravel()
+        blob = np.frombuffer(pairs.blob, dtype=np.uint8)
+        if int(lengths.sum()) != len(blob):  # separators between them: leave those out
+            blob = blob[_slices_mask(len(blob), src, lengths)]
+        out[_slices_mask(len(out), dest, lengths)] = blob
     if header_blobs is not None:
         _copy_slices(out, pos, hdr_n, b"".join(header_blobs))
     return out.tobytes()
 
 
 def _copy_slices(out: np.ndarray, dest: np.ndarray, lengths: np.ndarray, blob: bytes) -> None:
-    """Copy consecutive slices of ``blob`` (lengths given) to ``out[dest[i]:]``."""
-    total = len(blob)
-    if total == 0:
+    """Copy consecutive slices of ``blob`` (lengths given) to ``out[dest[i]:]`` (``dest`` increasing,
+    the slices apart: a varint always separates two of one kind)."""
+    if len(blob) == 0:
         return
-    src = np.frombuffer(blob, dtype=np.uint8)
-    # A step function over the output marks the bytes that belong to the slices; boolean-mask
-    # assignment then copies the whole blob in one pass.
-    # Plain fancy assignment is safe: slices of one kind never touch (a varint always separates them).
-    marks = np.zeros(out.shape[0] + 1, dtype=np.int8)
-    nonempty = lengths > 0
-    marks[dest[nonempty]] = 1
-    marks[dest[nonempty] + lengths[nonempty]] = -1
-    mask = np.cumsum(marks[:-1], dtype=np.int8).astype(bool)
-    out[mask] = src
+    out[_slices_mask(len(out), dest, lengths)] = np.frombuffer(blob, dtype=np.uint8)
+
+
+def _slices_mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The mask of ``size`` bytes that is True on the slices ``[starts[i], starts[i] + lengths[i])``
+    (increasing, not overlapping): one ``np.repeat`` of alternating gap/slice runs (a cumulative sum of +1/-1
+    marks costs ten times more: numpy does not vectorise small-integer sums)."""
+    ends = starts + lengths
+    runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
+    runs[0] = starts[0] if len(starts) else size
+    runs[2:-1:2] = starts[1:] - ends[:-1]
+    runs[1::2] = lengths
+    runs[-1] = size - ends[-1] if len(starts) else 0
+    flags = np.zeros(len(runs), dtype=bool)
+    flags[1::2] = True
+    return np.repeat(flags, runs)
 
 
 def _header_blob(headers: Sequence[Header]) -> bytes:
@@ -233,16 +252,118 @@ def encode_values(
     records = _records_area(
         b"", np.full(n, -1, dtype=np.int64), value_blob, value_lengths, np.zeros(n, dtype=np.int64), None
     )
-    return _assemble_batch(
-        records,
-        n,
-        base_offset,
-        timestamp_ms,
-        timestamp_ms,
-        compression=compression,
-        timestamp_type=timestamp_type,
-        leader_epoch=leader_epoch,
+    return _assemble_batch(records, n, base_offset, timestamp_ms, timestamp_ms, compression=compression,
+                           timestamp_type=timestamp_type, leader_epoch=leader_epoch)  # fmt: skip
+
+
+def encode_keyed_values(
+    pairs: KeyedValues,
+    base_offset: int,
+    timestamp_ms: int,
+    *,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    leader_epoch: int = 0,
+) -> bytes:
+    """One v2 batch of the ``(key, value)`` records ``pairs`` (neither null, no headers) sharing one
+    timestamp: the keyed append fast path (what :func:`encode_batch` makes of the same records)."""
+    n = len(pairs)
+    if not n:
+        raise ValueError("a batch needs at least one record")
+    records = _records_area(
+        b"", pairs.key_lengths, b"", pairs.value_lengths, np.zeros(n, dtype=np.int64), None, pairs
     )
+    return _assemble_batch(records, n, base_offset, timestamp_ms, timestamp_ms, compression=compression,
+                           timestamp_type=timestamp_type, leader_epoch=leader_epoch)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedValues:
+    """Keyed records (neither key nor value null) stamped at append, as slices of one buffer: record
+    ``i`` has the key ``blob[key_starts[i]:][:key_lengths[i]]`` and the value likewise, each key
+    before its value and both before the next record's. What ``Log.append_split`` encodes with
+    :func:`encode_keyed_values`, with no Python object per record."""
+
+    blob: bytes
+    key_starts: np.ndarray
+    key_lengths: np.ndarray
+    value_starts: np.ndarray
+    value_lengths: np.ndarray
+
+    @classmethod
+    def from_pairs(cls, keys: Sequence[bytes], values: Sequence[bytes]) -> KeyedValues:
+        """``keys[i]`` with ``values[i]``."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        key_lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        value_lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        key_starts = np.cumsum(key_lengths + value_lengths) - key_lengths - value_lengths
+        blob = b"".join(itertools.chain.from_iterable(zip(keys, values, strict=True)))
+        return cls(blob, key_starts, key_lengths, key_starts + key_lengths, value_lengths)
+
+    @classmethod
+    def split_lines(cls, text: bytes, separator: bytes) -> KeyedValues:
+        """Each ``\\n``-separated line of ``text`` split at its FIRST ``separator``: the key before
+        it, the value after it, found with numpy over the whole text at once (no object per line).
+        :class:`NoSeparatorError` names the first line without one."""
+        if not separator:
+            raise ValueError("the key separator is empty")
+        data = np.frombuffer(text, dtype=np.uint8)
+        newlines = np.flatnonzero(data == _NEWLINE)
+        starts = np.concatenate(([0], newlines + 1))
+        ends = np.concatenate((newlines, [len(text)]))
+        found = _first_matches(data, separator, starts, ends)
+        missing = np.flatnonzero(found < 0)
+        if len(missing):
+            raise NoSeparatorError(int(missing[0]))
+        value_starts = found + len(separator)
+        return cls(text, starts, found - starts, value_starts, ends - value_starts)
+
+    def __len__(self) -> int:
+        return len(self.key_lengths)
+
+    def slice(self, start: int, end: int) -> KeyedValues:
+        """Records ``start`` to ``end`` (exclusive), over the part of the buffer they cover."""
+        if start >= end:
+            return KeyedValues(b"", *(np.zeros(0, dtype=np.int64) for _ in range(4)))
+        low = int(self.key_starts[start])
+        high = int(self.value_starts[end - 1] + self.value_lengths[end - 1])
+        return KeyedValues(
+            self.blob[low:high],
+            self.key_starts[start:end] - low,
+            self.key_lengths[start:end],
+            self.value_starts[start:end] - low,
+            self.value_lengths[start:end],
+        )
+
+
+_NEWLINE = 0x0A
+
+
+class NoSeparatorError(ValueError):
+    """A line holds no key separator (``line``: its index)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(f"line {line} has no key separator")
+        self.line = line
+
+
+def _first_matches(data: np.ndarray, pattern: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each range ``data[starts[i]:ends[i]]`` (increasing, not overlapping), the position of the
+    first ``pattern`` wholly inside it, -1 where there is none."""
+    k = len(pattern)
+    span = len(data) - k + 1
+    if span <= 0 or not len(starts):
+        return np.full(len(starts), -1, dtype=np.int64)
+    hit = data[:span] == pattern[0]
+    for j in range(1, k):
+        hit &= data[j : span + j] == pattern[j]
+    candidates = np.flatnonzero(hit)
+    if not len(candidates):
+        return np.full(len(starts), -1, dtype=np.int64)
+    # The first candidate at or after each start: if it runs past the range's end, the range has none.
+    first = candidates[np.minimum(np.searchsorted(candidates, starts), len(candidates) - 1)]
+    return np.where((first >= starts) & (first + k <= ends), first, -1)
 
 
 def single_value_batch_size(value_size: int) -> int:

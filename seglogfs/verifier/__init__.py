@@ -8,8 +8,12 @@ An engine service: ``seglogfs verify`` (:mod:`seglogfs.verify`, the command line
 A segment is sound when:
 
 * every batch header is plausible and its CRC matches (CRC-32C for v2, CRC-32 for v0/v1), offsets
-  increase from batch to batch, and no bytes trail the last complete batch; with ``decode_records``
-  (the Spark ``verify`` job), every record of every CRC-valid batch also decodes;
+  increase from batch to batch, a batch's record count fits the offsets it spans, and no bytes trail
+  the last complete batch; with ``decode_records`` (the Spark ``verify`` job), every record of every
+  CRC-valid batch also decodes and record offsets strictly increase inside the batch. Offset gaps,
+  inside a batch or between batches, are legal: compaction leaves them (a batch keeps its offsets,
+  even emptied to no record), and a delete-horizon batch's baseTimestamp is the horizon, not a
+  record's time (no check looks at it);
 * every ``.index`` entry (O, P) points at the start P of a batch whose lastOffset is O (Kafka's
   per-batch indexing rule, also what kafka-dump-log.sh checks), with offsets and positions increasing;
 * every ``.timeindex`` entry (T, O) names the lastOffset O of a batch whose max timestamp is T, with

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 from crc32c import crc32c
 
 from seglogfs.errors import CorruptRecordError
@@ -116,9 +117,21 @@ def _check_batch(
             report.records += header.records_count
         else:
             try:
-                report.records += len(decode_batch_columns(buf, header, path=log_path))
+                columns = decode_batch_columns(buf, header, path=log_path)
             except CorruptRecordError as exc:
                 problems.append(Problem(log_path, header.position, f"corrupt records: {_bare(exc)}"))
+            else:
+                report.records += len(columns)
+                _check_record_offsets(columns.offsets, header, log_path, report)
+    if header.magic >= 2 and header.records_count > header.last_offset - header.base_offset + 1:
+        problems.append(
+            Problem(
+                log_path,
+                header.position,
+                f"{header.records_count} records cannot fit offsets "
+                f"{header.base_offset}..{header.last_offset}",
+            )
+        )
     if header.base_offset < next_offset:
         problems.append(
             Problem(
@@ -130,6 +143,25 @@ def _check_batch(
         )
     if header.last_offset < header.base_offset:
         problems.append(Problem(log_path, header.position, f"lastOffset {header.last_offset} < baseOffset"))
+
+
+def _check_record_offsets(
+    offsets: np.ndarray, header: BatchHeader, log_path: Path, report: VerifyReport
+) -> None:
+    """A v2 batch's record offsets strictly increase within [baseOffset, lastOffset]. Gaps are legal:
+    compaction drops records and keeps the batch's offsets (its lastOffsetDelta too)."""
+    if header.magic < 2 or offsets.shape[0] == 0:
+        return
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first < header.base_offset or last > header.last_offset or bool(np.any(np.diff(offsets) <= 0)):
+        report.problems.append(
+            Problem(
+                log_path,
+                header.position,
+                f"record offsets {first}..{last} are not strictly increasing within the batch's "
+                f"offsets {header.base_offset}..{header.last_offset}",
+            )
+        )
 
 
 def _scan_log(

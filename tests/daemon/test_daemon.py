@@ -223,3 +223,88 @@ def test_enospc_when_the_disk_is_full(seglogd, tmp_path: Path) -> None:  # noqa:
             d.cleanup()
         if subprocess.run(["umount", str(data)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(data)], check=False)
+
+
+# --- compaction (issue 10) ---------------------------------------------------------------------------
+
+
+def test_reload_of_cleaner_and_compaction_settings(seglogd) -> None:  # noqa: F811
+    """Per-log compaction settings apply live; an invalid cleaner setting is refused naming key and
+    value (the running config stays); a valid change of one is logged as needing a restart."""
+    d = seglogd(defaults={"segment.bytes": "1MiB", "log.cleaner.backoff.ms": "1s"},
+                logs={"users-0": {"cleanup.policy": "compact", "fs.append.key.separator": ":"}})
+    subprocess.run(["bash", "-c", f"echo 'k:v' >> {d.mount / 'users-0' / 'append'}"], check=True)
+    d.write_config(logs={"users-0": {"cleanup.policy": "compact", "fs.append.key.separator": "=",
+                                     "min.cleanable.dirty.ratio": 0.1}})
+    assert wait_for(lambda: info(d.mount, "users-0")["config"]["min.cleanable.dirty.ratio"] == 0.1)
+    assert info(d.mount, "users-0")["config"]["fs.append.key.separator"] == "="
+    subprocess.run(["bash", "-c", f"echo 'k=w' >> {d.mount / 'users-0' / 'append'}"], check=True)
+    assert os.getxattr(d.mount / "users-0" / "by-offset" / "1", "user.seglog.key") == b"k"
+    d.write_config(defaults={"segment.bytes": "1MiB", "log.cleaner.backoff.ms": "soon"})
+    assert wait_for(lambda: "config reload refused" in d.stderr())
+    assert "defaults.log.cleaner.backoff.ms" in d.stderr() and "'soon'" in d.stderr()
+    assert info(d.mount, "users-0")["config"]["min.cleanable.dirty.ratio"] == 0.1  # kept
+    d.write_config(defaults={"segment.bytes": "1MiB", "log.cleaner.backoff.ms": "2s"})
+    assert wait_for(lambda: "log.cleaner.backoff.ms=2000 (was 1000) changed" in d.stderr()), d.stderr()
+    assert d.proc is not None and d.proc.poll() is None
+
+
+def test_invalid_cleaner_setting_at_start_exits_non_zero(seglogd) -> None:  # noqa: F811
+    d = seglogd(start=False, defaults={"log.cleaner.threads": -3})
+    d.start(wait=False)
+    assert d.proc is not None and d.proc.wait(30) != 0
+    assert "defaults.log.cleaner.threads" in d.stderr() and "-3" in d.stderr()
+    assert not mounted(d.mount)
+
+
+def test_the_daemon_compacts_a_log(seglogd) -> None:  # noqa: F811
+    """A compacted log with small segments and a short backoff: within seconds the records of
+    overwritten keys are gone from by-offset (ENOENT) and from records; the latest value of each key
+    stays at its offset, and the daemon logs the clean."""
+    d = seglogd(defaults={"log.cleaner.backoff.ms": "100ms"},
+                logs={"users-0": {"cleanup.policy": "compact", "fs.append.key.separator": ":",
+                                  "segment.bytes": 200, "min.cleanable.dirty.ratio": 0.01}})
+    append = d.mount / "users-0" / "append"
+    rounds = 5
+    for r in range(rounds):  # one write (one batch of 10 records, over 200 bytes) per round: one segment
+        with open(append, "ab") as out:
+            subprocess.run(["/usr/bin/printf", "".join(f"user{k}:v{r}\n" for k in range(10))], stdout=out,
+                           check=True)
+    subprocess.run(["bash", "-c", f"echo 'last:end' >> {append}"], check=True)  # seals the last round
+    latest = {f"user{k}": (10 * (rounds - 1) + k, f"v{rounds - 1}") for k in range(10)}
+
+    def gone(offset: int) -> bool:
+        # open, not stat: whether the kernel's cached entry of a cleaned offset is invalidated is
+        # tests/fs' business; here the daemon must answer ENOENT
+        try:
+            (d.mount / "users-0" / "by-offset" / str(offset)).read_bytes()
+        except FileNotFoundError:
+            return True
+        return False
+
+    def cleaned() -> bool:  # cleans may come while rounds are written: wait for all of them
+        return all(gone(n) for n in range(10 * (rounds - 1)))
+
+    assert wait_for(cleaned, timeout=20), d.stderr()
+    for key, (offset, value) in latest.items():
+        path = d.mount / "users-0" / "by-offset" / str(offset)
+        assert path.read_bytes() == value.encode()
+        assert os.getxattr(path, "user.seglog.key") == key.encode()
+    expected = [f"v{rounds - 1}"] * 10 + ["end"]
+    assert wait_for(lambda: (d.mount / "users-0" / "records").read_text().splitlines() == expected)
+    assert info(d.mount, "users-0")["end_offset"] == 10 * rounds + 1  # the log end never moves
+    assert "cleaned log users-0: offsets [0, " in d.stderr()  # the daemon logs each clean
+
+
+def test_no_cleaning_with_log_cleaner_enable_false(seglogd) -> None:  # noqa: F811
+    """``log.cleaner.enable: false``: the same log as above keeps every record."""
+    d = seglogd(defaults={"log.cleaner.backoff.ms": "100ms", "log.cleaner.enable": False},
+                logs={"users-0": {"cleanup.policy": "compact", "fs.append.key.separator": ":",
+                                  "segment.bytes": 200, "min.cleanable.dirty.ratio": 0.01}})
+    append = d.mount / "users-0" / "append"
+    for r in range(3):
+        lines = f"k:{r}\\n" * 5
+        subprocess.run(["bash", "-c", f"/usr/bin/printf '{lines}' >> {append}"], check=True)
+    time.sleep(2)  # twenty backoffs of a running cleaner
+    assert (d.mount / "users-0" / "by-offset" / "0").read_bytes() == b"0"
+    assert "cleaned log" not in d.stderr()

@@ -8,6 +8,7 @@ import pytest
 from support.yaml_cases import alias_bomb
 
 from seglogd.config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config, parse_config
+from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError
 
@@ -31,7 +32,10 @@ def test_shipped_default_config_loads(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert cfg.read_only is False and cfg.allow_other is False
     assert cfg.defaults.segment_bytes == GIB
     assert cfg.defaults.retention_ms == 7 * DAY_MS
-    assert set(cfg.logs) == {"events-0", "audit-0"}
+    assert set(cfg.logs) == {"events-0", "audit-0", "users-0"}
+    assert cfg.logs["users-0"].cleanup_policy == ("compact",)
+    assert cfg.logs["users-0"].fs_append_key_separator == ":"  # DESIGN.md section 3's keyed table
+    assert cfg.cleaner == CleanerConfig()  # Kafka's defaults
     assert cfg.logs["events-0"] == cfg.defaults
     assert cfg.logs["audit-0"].retention_ms == 30 * DAY_MS
     assert cfg.logs["audit-0"].codec == "zstd"
@@ -99,6 +103,27 @@ MINIMAL = "data_dir: /srv/d\nmount_point: /srv/m\n"
             5,
         ),
         ("- a\n- b\n", "<document>", ["a", "b"], "mapping", None),
+        # the cleaner's settings (issue 10)
+        (MINIMAL + "defaults:\n  log.cleaner.threads: -1\n", "defaults.log.cleaner.threads", -1, "at least 0",
+         4),
+        (MINIMAL + "defaults:\n  log.cleaner.enable: maybe\n", "defaults.log.cleaner.enable", "maybe",
+         "true or false", 4),
+        (MINIMAL + "defaults:\n  log.cleaner.backoff.ms: soon\n", "defaults.log.cleaner.backoff.ms", "soon",
+         "not a number", 4),
+        (MINIMAL + "defaults:\n  log.cleaner.dedupe.buffer.size: 10\n",
+         "defaults.log.cleaner.dedupe.buffer.size", 10, "no room for one key", 4),
+        (MINIMAL + "defaults:\n  log.cleaner.io.max.bytes.per.second: 0\n",
+         "defaults.log.cleaner.io.max.bytes.per.second", 0, "above 0", 4),
+        (MINIMAL + "logs:\n  x: {log.cleaner.threads: 2}\n", "logs.x.log.cleaner.threads", 2, "in defaults",
+         4),
+        (MINIMAL + "defaults:\n  min.cleanable.dirty.ratio: 1.5\n", "defaults.min.cleanable.dirty.ratio", 1.5,
+         "at most 1", 4),
+        (MINIMAL + "logs:\n  x: {delete.retention.ms: -1}\n", "logs.x.delete.retention.ms", -1, "at least 0",
+         4),
+        (MINIMAL + "logs:\n  x: {fs.append.key.separator: ''}\n", "logs.x.fs.append.key.separator", "",
+         "non-empty", 4),
+        (MINIMAL + "logs:\n  x: {cleanup.policy: shred}\n", "logs.x.cleanup.policy", "shred",
+         "unknown policy", 4),
     ],
 )
 def test_yaml_errors_name_file_key_value_reason(
@@ -195,3 +220,39 @@ def test_yaml_aliases_within_the_budget_still_work() -> None:
     retention = {name: c.retention_ms for name, c in cfg.logs.items()}
     assert retention == dict.fromkeys(("a-0", "b-0", "c-0"), DAY_MS)
     assert cfg.logs["c-0"].segment_bytes == 1 << 20
+
+
+# --- compaction and the cleaner (issue 10) -----------------------------------------------------------
+
+
+def test_cleaner_and_compaction_settings() -> None:
+    """``defaults`` holds the broker-wide ``log.cleaner.*`` settings beside the per-log ones (Kafka's
+    broker-level spellings of the compaction settings too); a log's own topic-level names win."""
+    cfg = parse_config(
+        MINIMAL
+        + """defaults:
+  log.cleaner.enable: false
+  log.cleaner.threads: 2
+  log.cleaner.backoff.ms: 2s
+  log.cleaner.dedupe.buffer.size: 16MiB
+  log.cleaner.io.max.bytes.per.second: 10MiB
+  log.cleaner.min.cleanable.ratio: 0.2
+  log.cleaner.delete.retention.ms: 1h
+  log.cleanup.policy: compact,delete
+logs:
+  users-0: {cleanup.policy: compact, fs.append.key.separator: "=>", min.cleanable.dirty.ratio: 0.75,
+            min.compaction.lag.ms: 10s, max.compaction.lag.ms: 1d}
+  events-0: {}
+"""
+    )
+    assert cfg.cleaner == CleanerConfig(
+        enable=False, threads=2, backoff_ms=2000, dedupe_buffer_size=16 << 20,
+        io_max_bytes_per_second=float(10 << 20),
+    )
+    events, users = cfg.logs["events-0"], cfg.logs["users-0"]
+    assert events.cleanup_policy == ("compact", "delete") and events.fs_append_key_separator is None
+    assert (events.min_cleanable_dirty_ratio, events.delete_retention_ms) == (0.2, HOUR_MS)
+    assert users.cleanup_policy == ("compact",) and users.fs_append_key_separator == "=>"
+    assert (users.min_cleanable_dirty_ratio, users.min_compaction_lag_ms) == (0.75, 10_000)
+    assert (users.max_compaction_lag_ms, users.delete_retention_ms) == (DAY_MS, HOUR_MS)
+    assert parse_config(MINIMAL).cleaner == CleanerConfig()

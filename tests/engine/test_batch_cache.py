@@ -57,3 +57,21 @@ def test_a_corrupt_batch_names_its_file_and_position(tmp_path):
         BatchCache().columns(segment, header)
     assert caught.value.position == header.position and str(segment.log_path) in str(caught.value)
     log.close()
+
+
+def test_a_segment_replaced_at_the_same_base_offset_gets_its_own_entries(tmp_path):
+    # Compaction swaps in a segment with the old one's base offset; a reader still on the old segment
+    # list may fill the cache after the log cleared it. The new segment's batch at the same position
+    # must never be answered from the old segment's entry.
+    old_log, new_log = open_log(tmp_path / "a-0", config()), open_log(tmp_path / "b-0", config())
+    old_log.append_values([b"old-%d" % i for i in range(10)])
+    new_log.append_values([b"new-%d" % i for i in range(10)])
+    (old_segment, old_header), (new_segment, new_header) = old_log.lookup(3), new_log.lookup(3)
+    assert old_segment.base_offset == new_segment.base_offset and old_header.position == new_header.position
+    cache = BatchCache()
+    assert cache.columns(old_segment, old_header).record(3).value == b"old-3"
+    assert cache.columns(new_segment, new_header).record(3).value == b"new-3"
+    assert cache.bounds(old_segment, old_header) is not cache.bounds(new_segment, new_header)
+    assert len(cache) == 4
+    old_log.close()
+    new_log.close()

@@ -102,7 +102,12 @@ def test_kafka_defaults() -> None:
         "compression.type": "producer",
         "file.delete.delay.ms": 60000,
         "cleanup.policy": "delete",
+        "min.cleanable.dirty.ratio": 0.5,
+        "min.compaction.lag.ms": 0,
+        "max.compaction.lag.ms": LONG_MAX,
+        "delete.retention.ms": DAY_MS,
         "fs.listing.limit": 100000,
+        "fs.append.key.separator": None,
     }
     assert c.codec == "none"
     assert not c.log_append_time
@@ -286,6 +291,17 @@ def test_shadowed_key_is_still_validated() -> None:
         ("segment.byte", 100, "did you mean segment.bytes"),
         ("min.insync.replicas", 2, "does not support"),
         ("no.such.thing", 1, "unknown config"),
+        ("min.cleanable.dirty.ratio", 1.5, "at most 1"),
+        ("min.cleanable.dirty.ratio", -0.1, "at least 0"),
+        ("min.cleanable.dirty.ratio", "half", "expected a number"),
+        ("log.cleaner.min.cleanable.ratio", 2, "at most 1"),
+        ("min.compaction.lag.ms", -1, "at least 0"),
+        ("max.compaction.lag.ms", 0, "at least 1"),
+        ("delete.retention.ms", -1, "at least 0"),
+        ("log.cleaner.delete.retention.ms", "1 fortnight", "unknown duration unit"),
+        ("fs.append.key.separator", "", "non-empty string without a newline"),
+        ("fs.append.key.separator", "a\nb", "non-empty string without a newline"),
+        ("fs.append.key.separator", 5, "non-empty string without a newline"),
     ],
 )
 def test_every_error_names_key_value_reason(key: str, value: object, reason_part: str) -> None:
@@ -316,3 +332,45 @@ def test_configs_are_hashable_values() -> None:
 def test_from_mapping_refuses_non_mappings() -> None:
     with pytest.raises(ConfigError):
         LogConfig.from_mapping(["segment.bytes"])  # type: ignore[arg-type]
+
+
+def test_compaction_settings_with_kafka_names_and_broker_spellings() -> None:
+    topic = LogConfig.from_mapping(
+        {
+            "cleanup.policy": "compact,delete",
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.compaction.lag.ms": "1h",
+            "max.compaction.lag.ms": "2d",
+            "delete.retention.ms": "10s",
+            "fs.append.key.separator": "::",
+        }
+    )
+    assert topic.cleanup_policy == ("compact", "delete")
+    assert topic.min_cleanable_dirty_ratio == 0.25
+    assert topic.min_compaction_lag_ms == 3_600_000
+    assert topic.max_compaction_lag_ms == 2 * DAY_MS
+    assert topic.delete_retention_ms == 10_000
+    assert topic.fs_append_key_separator == "::"
+    broker = LogConfig.from_mapping(
+        {
+            "log.cleaner.min.cleanable.ratio": 0.1,
+            "min.cleanable.dirty.ratio": 0.9,  # the topic-level name wins
+            "log.cleaner.min.compaction.lag.ms": 5,
+            "log.cleaner.max.compaction.lag.ms": 6,
+            "log.cleaner.delete.retention.ms": 7,
+        }
+    )
+    assert broker.min_cleanable_dirty_ratio == 0.9
+    lags = (broker.min_compaction_lag_ms, broker.max_compaction_lag_ms, broker.delete_retention_ms)
+    assert lags == (5, 6, 7)
+    assert LogConfig(min_cleanable_dirty_ratio=1).min_cleanable_dirty_ratio == 1.0
+    assert LogConfig.from_mapping({"fs.append.key.separator": None}).fs_append_key_separator is None
+
+
+def test_broker_cleaner_keys_are_skipped_in_defaults_and_refused_per_log() -> None:
+    mixed = {"log.cleaner.threads": 2, "log.cleaner.enable": False, "segment.bytes": 100}
+    assert LogConfig.from_mapping(mixed).segment_bytes == 100
+    with pytest.raises(ConfigError) as info:
+        LogConfig.from_mapping(mixed, broker_names=False)
+    assert info.value.key == "log.cleaner.threads"
+    assert "belongs in defaults" in info.value.reason

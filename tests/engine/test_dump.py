@@ -4,6 +4,7 @@ formatted per docs/kafka-format.md section 7."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import shutil
 import struct
@@ -386,3 +387,85 @@ def test_an_index_entry_pointing_before_the_log_is_reported_not_a_traceback(segm
     assert "struct.error" not in proc.stderr
     assert f"{ipath}: " in proc.stderr and "position -1" in proc.stderr, proc.stderr
     assert f"Dumping {tpath}" in proc.stdout
+
+
+# --- checkpoints (issue 10): kafka-dump-log.sh ignores them, seglogfs dump lists them ------------------
+
+
+def expected_checkpoint_lines(path: Path) -> list[str]:
+    """The listing built from the raw text: version, count, then ``topic partition offset`` lines."""
+    lines = path.read_text().splitlines()
+    entries = [line.split() for line in lines[2:]]
+    return [f"Dumping {path}", f"Offset checkpoint {path.name}: {len(entries)} entries"] + [
+        f"topic: {t} partition: {p} offset: {o}" for t, p, o in entries
+    ]
+
+
+def test_real_data_dir_checkpoints(logdir):
+    names = ["recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint"]
+    paths = [logdir / name for name in names]
+    epochs = logdir / "demo-topic-0" / "leader-epoch-checkpoint"
+    out, err, status = run_dump([*paths, epochs])
+    assert status == 0 and err == []
+    expected = [line for p in paths for line in expected_checkpoint_lines(p)]
+    epoch_lines = [line.split() for line in epochs.read_text().splitlines()[2:]]
+    expected += [f"Dumping {epochs}", f"Leader epoch checkpoint: {len(epoch_lines)} entries"]
+    expected += [f"epoch: {e} startOffset: {o}" for e, o in epoch_lines]
+    assert out == expected
+    assert len(out) > 50  # the recovery points of every partition are listed
+
+
+def test_cleaner_offset_checkpoint_written_by_the_engine(tmp_path):
+    from seglogfs.checkpoint import write_offset_checkpoint
+
+    path = tmp_path / "cleaner-offset-checkpoint"
+    write_offset_checkpoint(path, {("users", 0): 1200, ("__consumer_offsets", 13): 7})
+    out, err, status = run_dump([path])
+    assert (status, err) == (0, [])
+    assert out == [
+        f"Dumping {path}",
+        "Offset checkpoint cleaner-offset-checkpoint: 2 entries",
+        "topic: __consumer_offsets partition: 13 offset: 7",
+        "topic: users partition: 0 offset: 1200",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ("0\n2\nusers 0 12\nusers zero 3\n", 4, "bad partition 'zero'"),
+        ("0\n1\nusers 0\n", 3, "malformed line 'users 0'"),
+        ("1\n0\n", 1, "unsupported version"),
+        ("0\n3\nusers 0 12\n", 3, "expected 3 entries but found 1"),
+    ],
+)
+def test_malformed_checkpoint_names_file_and_line(tmp_path, text, line, reason):
+    """A malformed checkpoint is an error naming the file and the line; the other files are dumped."""
+    bad = tmp_path / "cleaner-offset-checkpoint"
+    bad.write_text(text)
+    good = tmp_path / "recovery-point-offset-checkpoint"
+    good.write_text("0\n1\nusers 0 40\n")
+    out, err, status = run_dump([bad, good])
+    assert status == 1
+    assert out == [f"Dumping {bad}", f"Dumping {good}", f"Offset checkpoint {good.name}: 1 entries",
+                   "topic: users partition: 0 offset: 40"]
+    assert len(err) == 1 and reason in err[0] and f"{bad} at line {line}" in err[0], err
+
+
+def test_compacted_segment_deep_iteration(tmp_path):
+    """A segment as the cleaner leaves it: the delete horizon shows in deleteHorizonMs, a batch
+    emptied to no record keeps its line (count 0), and the gaps are reported as Kafka reports them."""
+    from support.compacted_segments import DELETE_HORIZON, SURVIVORS, write_compacted_log
+
+    log_path = write_compacted_log(tmp_path / "users-0")
+    out, err, status = run_dump([log_path], deep_iteration=True)
+    assert status == 0
+    batches = [line for line in out if line.startswith("baseOffset:")]
+    spans = [["0", "9", "3"], ["12", "13", "1"], ["20", "23", "0"], ["24", "24", "1"]]
+    assert [line.split()[1:6:2] for line in batches] == spans  # baseOffset, lastOffset, count
+    assert "deleteHorizonMs: OptionalLong.empty" in batches[0]
+    assert f"deleteHorizonMs: OptionalLong[{DELETE_HORIZON}]" in batches[3]
+    offsets = [o for o, _, _ in SURVIVORS]
+    assert [int(line.split()[2]) for line in out if line.startswith("| offset:")] == offsets
+    gaps = [f"  {a} is followed by {b}" for a, b in itertools.pairwise(offsets)]
+    assert err == [f"Non-consecutive offsets in {log_path.absolute()}", *reversed(gaps)]

@@ -42,6 +42,7 @@ from seglogfs.records import (
     single_value_batch_size,
     validate_batch,
 )
+from seglogfs.records.encode import KeyedValues, NoSeparatorError, encode_keyed_values
 
 # ====================================== helpers
 
@@ -277,3 +278,55 @@ def test_many_random_records_round_trip_every_codec():
     for codec in CODECS:
         for ts_type in TS_TYPES:
             _check_roundtrip(records, codec, ts_type, 77, NOW)
+
+
+@pytest.mark.parametrize("ts_type", TS_TYPES, ids=lambda t: t.kafka_name)
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.kafka_name)
+@pytest.mark.parametrize("n", [1, 3000])
+def test_encode_keyed_values_is_encode_batch_of_the_same_records(codec, ts_type, n):
+    """The keyed fast path writes exactly the batch encode_batch writes, and kafka-python reads it."""
+    rnd = random.Random(n)
+    keys = [rnd.randbytes(rnd.choice((0, 1, 9, 200))) for _ in range(n)]
+    values = [rnd.randbytes(rnd.choice((0, 1, 7, 100, 130))) for _ in range(n)]
+    if n > 1:
+        values[-1] = b"x" * 70_000
+    ts = NOW - 5
+    pairs = KeyedValues.from_pairs(keys, values)
+    batch = encode_keyed_values(pairs, 7, ts, compression=codec, timestamp_type=ts_type)
+    slow = encode_batch(
+        [ProducerRecord(key=k, value=v) for k, v in zip(keys, values, strict=True)],
+        7,
+        now_ms=ts,
+        compression=codec,
+        timestamp_type=ts_type,
+    )
+    assert batch == slow
+    _, krecords = kp_parse(batch)
+    pairs = enumerate(zip(keys, values, strict=True))
+    assert krecords == [(7 + i, ts, int(ts_type), k, v, ()) for i, (k, v) in pairs]
+    assert kp_parse(slow)[1] == krecords
+
+
+def test_keyed_values_from_lines_and_slices():
+    pairs = KeyedValues.split_lines(b"k1::v1\n::\nkey::x:y", b"::")
+    assert len(pairs) == 3
+    batch = encode_keyed_values(pairs.slice(1, 3), 10, NOW)
+    assert [(r[3], r[4]) for r in kp_parse(batch)[1]] == [(b"", b""), (b"key", b"x:y")]
+    whole = kp_parse(encode_keyed_values(pairs, 0, NOW))[1]
+    assert [(r[3], r[4]) for r in whole] == [(b"k1", b"v1"), (b"", b""), (b"key", b"x:y")]
+
+
+def test_encode_keyed_values_refuses_bad_input():
+    with pytest.raises(ValueError, match="2 keys for 1 values"):
+        KeyedValues.from_pairs([b"a", b"b"], [b"v"])
+    with pytest.raises(NoSeparatorError, match="line 1 has no key separator"):
+        KeyedValues.split_lines(b"ab:c\na:b\na\n:", b"b:")
+    with pytest.raises(NoSeparatorError, match="line 0 has"):  # no match across two lines
+        KeyedValues.split_lines(b"ab\n:b:", b"b:")
+    for text, missing in ((b"a:\nb", 1), (b"a:\n", 1), (b"a", 0), (b"", 0), (b":\n:\n\n:", 2)):
+        with pytest.raises(NoSeparatorError) as caught:
+            KeyedValues.split_lines(text, b":")
+        assert caught.value.line == missing
+    assert len(KeyedValues.split_lines(b":\n:", b":")) == 2
+    with pytest.raises(ValueError, match="at least one record"):
+        encode_keyed_values(KeyedValues.from_pairs([], []), 0, NOW)

@@ -102,3 +102,55 @@ def test_counts_and_decode_records(tmp_path):
     problems = verify_paths([part], decode_records=True).problems
     assert [(p.path, p.position) for p in problems] == [(seg, 0)]
     assert "corrupt records" in problems[0].message
+
+
+# ------------------------------------------------------------------ compacted logs (issue 10)
+
+
+def test_compacted_log_gaps_empty_batches_and_delete_horizon_are_sound(tmp_path):
+    """What the cleaner leaves is legal: gaps inside and between batches, a batch with no record kept
+    for its offsets, a tombstone batch whose baseTimestamp is the delete horizon (after every record's
+    time and after maxTimestamp), its time-index entries included."""
+    from support.compacted_segments import SURVIVORS, compacted_log_bytes, write_compacted_log
+    from support.record_batches import kp_parse
+
+    part = tmp_path / "users-0"
+    write_compacted_log(part)
+    assert [(r[0], r[3], r[4]) for r in kp_parse(compacted_log_bytes())[1]] == SURVIVORS
+    for decode in (False, True):
+        report = verify_paths([part], decode_records=decode)
+        assert report.problems == [] and report.notes == [], decode
+        assert (report.batches, report.records) == (4, len(SURVIVORS))
+        assert report.index_entries == 3 and report.time_index_entries == 3  # one per batch after the first
+
+
+def _one_batch(deltas: list[int], count: int, last_delta: int) -> bytes:
+    from support.record_batches import raw_record, raw_v2_batch
+
+    area = b"".join(raw_record(d, 0, b"k%d" % i, b"v") for i, d in enumerate(deltas))
+    return raw_v2_batch(area, count, last_delta=last_delta)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "count", "last_delta", "header_finding", "decoded_finding"),
+    [
+        ([0, 5, 2], 3, 7, None, "record offsets 0..2 are not strictly increasing"),
+        ([0, 0], 2, 1, None, "record offsets 0..0 are not strictly increasing"),
+        ([0, 9], 2, 7, None, "record offsets 0..9 are not strictly increasing"),
+        ([-1], 1, 0, None, "record offsets -1..-1 are not strictly increasing"),
+        ([0, 1, 2], 3, 1, "3 records cannot fit offsets 0..1", "3 records cannot fit offsets 0..1"),
+    ],
+)
+def test_record_offsets_must_still_strictly_increase(tmp_path, deltas, count, last_delta, header_finding,
+                                                     decoded_finding):
+    """Gaps are legal, going back or beyond the batch's lastOffset is not: the header check (count
+    against the span) runs always, the per-record one when records are decoded."""
+    from support.compacted_segments import write_compacted_log
+
+    part = tmp_path / "bad-0"
+    log_path = write_compacted_log(part, _one_batch(deltas, count, last_delta))
+    plain = [p.message for p in verify_paths([part]).problems]
+    decoded = verify_paths([part], decode_records=True).problems
+    assert plain == ([header_finding] if header_finding else [])
+    assert any(decoded_finding in p.message for p in decoded), decoded
+    assert all((p.path, p.position) == (log_path, 0) for p in decoded)

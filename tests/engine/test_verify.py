@@ -201,3 +201,21 @@ def test_a_fifo_in_place_of_a_segment_file_is_damage_not_a_hang(two_segments, su
         assert proc.returncode == 1, (target, proc.stdout + proc.stderr)
         assert "Traceback" not in proc.stderr, proc.stderr
         assert f"{victim}: a FIFO, not a regular file" in proc.stdout, (target, proc.stdout)
+
+
+def test_a_compacted_log_verifies(tmp_path):
+    """`seglogfs verify` on a log as the cleaner leaves it (support.compacted_segments): exit 0, no
+    finding; the same log with a batch going back before the previous one's end: exit 1, named."""
+    from support.compacted_segments import compacted_log_bytes, kafka_python_batch, write_compacted_log
+
+    part = tmp_path / "data" / "users-0"
+    write_compacted_log(part)
+    proc = run_verify(tmp_path / "data")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "" and "4 batch(es)" in proc.stderr and "OK" in proc.stderr
+    back = kafka_python_batch(20, [(0, b"z", b"9")], 1_700_000_000_030)  # 20 < 25, the log end so far
+    log_path = write_compacted_log(tmp_path / "data2" / "users-0", compacted_log_bytes() + back)
+    proc = run_verify(log_path.parent)
+    assert proc.returncode == 1
+    assert "batch offsets 20..20 do not follow the previous batch (next offset 25)" in proc.stdout
+    assert str(log_path) in proc.stdout

@@ -1,0 +1,406 @@
+"""What the log cleaner does to record batches: Kafka's ``MemoryRecords.filterTo`` with the
+cleaner's record filter (docs/kafka-format.md section 6), a window of batches at a time, with numpy.
+
+A v2 batch of user records (not transactional, not control) keeps a record when it has a key, no
+later offset of that key is in the offset map, and it has a value or is a tombstone still inside its
+delete horizon. The surviving batch is then:
+
+- the original bytes, when every record survives and no horizon must be set;
+- rebuilt, Kafka's way: same baseOffset, lastOffsetDelta (so the batch's last offset, and the log end,
+  never move), partitionLeaderEpoch, attributes, producer fields and codec; baseTimestamp is the
+  delete horizon when the batch has one (set now on the first clean of a batch holding a tombstone:
+  attribute bit 0x40, horizon = now + ``delete.retention.ms``), else the first kept record's
+  timestamp; maxTimestamp is the kept records' largest (LogAppendTime: the original);
+- when no record survives: dropped, except a batch that must stay as an empty header (no records,
+  Kafka's ``RETAIN_EMPTY``): the last batch of each source segment (so that a cleaned segment ends
+  at the same offset as the segments it replaces) and any batch of an idempotent producer
+  (producerId >= 0: Kafka keeps a producer's last batch; we keep them all, which is never wrong).
+
+Legacy (v0/v1), transactional and control batches are copied untouched (see
+``seglogfs.log_cleaner``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from crc32c import crc32c
+
+from .compression import Compression, compress
+from .errors import CorruptRecordError
+from .offset_map import OffsetMap
+from .records import V2_HEADER_SIZE, BatchHeader, TimestampType, records_area, validate_batch
+from .records.scan import END, KEY_LENGTH, KEY_START, OFFSET_DELTA, START, TS_DELTA, VALUE_LENGTH, scan_area
+
+__all__ = [
+    "CleanedBatch",
+    "FilterStats",
+    "Window",
+    "WindowLimits",
+    "compactable",
+    "filter_window",
+    "make_window",
+    "scan_window",
+    "window_digests",
+]
+
+log = logging.getLogger("seglogfs.cleaner")
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_AT, _CRC_FROM = 17, 21
+_DELETE_HORIZON = 0x40
+_KEEP_FLAGS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control: what an empty header keeps
+
+
+def compactable(header: BatchHeader) -> bool:
+    """Whether the cleaner filters this batch's records (v2 user records outside transactions)."""
+    return header.magic >= 2 and not header.is_control and not header.is_transactional
+
+
+@dataclass(slots=True)
+class FilterStats:
+    """What a clean read and wrote."""
+
+    records_read: int = 0
+    records_kept: int = 0
+    batches_read: int = 0
+    batches_kept: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedBatch:
+    """One output batch: its bytes, last offset and max timestamp (what a segment append needs)."""
+
+    data: bytes | memoryview
+    last_offset: int
+    max_timestamp: int
+    records_count: int = 0
+
+
+@dataclass(slots=True)
+class Window:
+    """Consecutive batches of one segment read with one read: ``chunk`` holds them from file position
+    ``position`` on, followed by 8 spare bytes (the digests read keys a word at a time). ``areas``:
+    each compactable batch's records (decompressed when compressed), None for the others."""
+
+    chunk: bytearray
+    position: int
+    headers: list[BatchHeader]
+    last: bool  # the window ends its segment
+    areas: list[bytes | memoryview | None]
+
+    def data(self, header: BatchHeader) -> memoryview:
+        """The bytes of one of the window's batches (no copy)."""
+        local = header.position - self.position
+        return memoryview(self.chunk)[local : local + header.size]
+
+
+@dataclass(slots=True)
+class ScannedWindow:
+    """The user records of a window's compactable batches, as columns over one buffer."""
+
+    buffer: bytes | bytearray  # ends with 8 spare bytes
+    areas: list[bytes | memoryview | None]  # per batch (None: copied untouched)
+    fields: list[np.ndarray | None]  # per batch: scan_area's rows
+    record_batch: np.ndarray  # the batch of each record
+    offsets: np.ndarray
+    key_starts: np.ndarray  # within ``buffer``
+    key_lengths: np.ndarray  # -1: no key
+    value_lengths: np.ndarray  # -1: a tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class WindowLimits:
+    """What one window may hold at most (besides its bytes): the cleaner's working memory grows with
+    its records (numpy columns), its batches (an object or two each) and its decompressed bytes. A
+    window holds at least one batch, whatever these say."""
+
+    records: int
+    batches: int
+    area_bytes: int
+
+
+def make_window(
+    chunk: bytearray, position: int, headers: list[BatchHeader], path: object, limits: WindowLimits
+) -> Window:
+    """The window of the first of ``headers`` (read into ``chunk`` from file ``position``) that fit
+    ``limits``; the compactable batches' records are decompressed here, one batch at a time, so that
+    a window stops before its decompressed records pass ``limits.area_bytes``."""
+    areas: list[bytes | memoryview | None] = []
+    records = area_bytes = 0
+    for header in headers:
+        count = max(header.records_count, 0)
+        if areas and (len(areas) >= limits.batches or records + count > limits.records):
+            break
+        local = header.position - position
+        validate_batch(memoryview(chunk)[local : local + header.size], header.at(0), path=path)  # type: ignore[arg-type]
+        if not compactable(header):
+            areas.append(None)
+            continue
+        try:
+            area = records_area(chunk, header.at(local), path)  # type: ignore[arg-type]
+        except CorruptRecordError as exc:
+            raise exc.at(path, position) from None  # type: ignore[arg-type]
+        if header.compression != Compression.NONE:
+            if areas and area_bytes + len(area) > limits.area_bytes:
+                break
+            area_bytes += len(area)
+        areas.append(area)
+        records += header.records_count
+    return Window(chunk, position, headers[: len(areas)], last=False, areas=areas)
+
+
+def scan_window(window: Window, path: object) -> ScannedWindow:
+    """Parse the records of every compactable batch of the window (CRC-checked by the caller).
+    Uncompressed records are read where they lie in the window's chunk; decompressed ones are
+    appended after it."""
+    areas: list[bytes | memoryview | None] = []
+    fields: list[np.ndarray | None] = []
+    bases: list[int] = []
+    extra: list[bytes] = []
+    extra_size = len(window.chunk)
+    for header, area in zip(window.headers, window.areas, strict=True):
+        if area is None:
+            areas.append(None)
+            fields.append(None)
+            continue
+        if header.compression == Compression.NONE:
+            bases.append(header.position - window.position + V2_HEADER_SIZE)
+        else:
+            bases.append(extra_size)
+            extra.append(area)  # type: ignore[arg-type]
+            extra_size += len(area)
+        areas.append(area)
+        fields.append(scan_area(area, header.records_count, path, header.position))
+    buffer: bytes | bytearray = window.chunk
+    if extra:
+        buffer = bytes(window.chunk) + b"".join(extra) + bytes(8)
+    present = [(i, f) for i, f in enumerate(fields) if f is not None]
+    counts = np.array([f.shape[1] for _, f in present], dtype=np.int64)
+    rows = np.concatenate([f for _, f in present], axis=1) if present else np.zeros((10, 0), np.int64)
+    base_offsets = np.array([window.headers[i].base_offset for i, _ in present], dtype=np.int64)
+    return ScannedWindow(
+        buffer=buffer,
+        areas=areas,
+        fields=fields,
+        record_batch=np.repeat(np.array([i for i, _ in present], dtype=np.int64), counts),
+        offsets=np.repeat(base_offsets, counts) + rows[OFFSET_DELTA],
+        key_starts=rows[KEY_START] + np.repeat(np.array(bases, dtype=np.int64), counts),
+        key_lengths=rows[KEY_LENGTH],
+        value_lengths=rows[VALUE_LENGTH],
+    )
+
+
+def window_digests(window: ScannedWindow, offset_map: OffsetMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indices of the keyed records, digest lanes of their keys)."""
+    keyed = np.flatnonzero(window.key_lengths >= 0)
+    starts, lengths = window.key_starts[keyed], window.key_lengths[keyed]
+    h1, h2 = offset_map.digests(window.buffer, starts, lengths, padded=True)
+    return keyed, h1, h2
+
+
+def filter_window(
+    source: Window,
+    offset_map: OffsetMap,
+    *,
+    now_ms: int,
+    delete_retention_ms: int,
+    stats: FilterStats,
+    path: object,
+    max_batch_bytes: int = 2**31 - 1,
+) -> list[CleanedBatch]:
+    """The window's batches as the cleaner writes them (see the module docstring), in order. The
+    last batch of a window that ends its segment is kept, if only as an empty header. No rebuilt
+    batch is larger than both ``max_batch_bytes`` (max.message.bytes) and its source (see
+    :func:`_within_limit`)."""
+    window = scan_window(source, path)
+    batches = [(h, source.data(h)) for h in source.headers]
+    retain_empty_last = source.last
+    keyed, h1, h2 = window_digests(window, offset_map)
+    keep = np.zeros(len(window.offsets), dtype=bool)
+    found = offset_map.get(h1, h2)
+    keep[keyed] = window.offsets[keyed] >= found
+    horizon_open = np.array(
+        [not h.has_delete_horizon or now_ms < h.base_timestamp for h, _ in batches], dtype=bool
+    )
+    tombstone = window.value_lengths < 0
+    keep &= ~tombstone | horizon_open[window.record_batch]
+    counts = np.bincount(window.record_batch, minlength=len(batches))
+    kept_counts = np.bincount(window.record_batch[keep], minlength=len(batches))
+    kept_tombstones = np.bincount(window.record_batch[keep & tombstone], minlength=len(batches))
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    out: list[CleanedBatch] = []
+    for i, (header, data) in enumerate(batches):
+        stats.batches_read += 1
+        if window.fields[i] is None:
+            out.append(CleanedBatch(data, header.last_offset, header.max_timestamp))
+            continue
+        stats.records_read += header.records_count
+        kept = int(kept_counts[i])
+        needs_horizon = kept_tombstones[i] > 0 and not header.has_delete_horizon
+        if kept == header.records_count and not needs_horizon:
+            out.append(CleanedBatch(data, header.last_offset, header.max_timestamp))
+        elif kept:
+            rows = np.flatnonzero(keep[firsts[i] : firsts[i] + counts[i]])
+            horizon = now_ms + delete_retention_ms if needs_horizon else None
+            rebuilt = _rebuilt(header, window.areas[i], window.fields[i], rows, horizon)  # type: ignore[arg-type]
+            if len(rebuilt.data) > max(max_batch_bytes, header.size):
+                rebuilt = _within_limit(
+                    header, data, window.areas[i], window.fields[i], rows, max_batch_bytes, path
+                )  # type: ignore[arg-type]
+                kept = rebuilt.records_count
+            out.append(rebuilt)
+        elif header.producer_id >= 0 or (retain_empty_last and i == len(batches) - 1):
+            out.append(_empty_header(header))
+        else:
+            continue
+        stats.records_kept += kept
+        stats.batches_kept += 1
+    return out
+
+
+def _within_limit(
+    header: BatchHeader,
+    data: memoryview,
+    area: bytes | memoryview,
+    fields: np.ndarray,
+    rows: np.ndarray,
+    limit: int,
+    path: object,
+) -> CleanedBatch:
+    """A batch whose rebuild grew past max.message.bytes (a new delete horizon becomes baseTimestamp,
+    and every record's timestampDelta then takes ~5 bytes instead of 1; Kafka only warns). Rebuilt
+    without a new horizon when that fits (its tombstones stay until a later clean can set one), else
+    copied as it is: keeping a superseded record is allowed, losing one or writing a batch readers
+    may refuse is not."""
+    batch = CleanedBatch(data, header.last_offset, header.max_timestamp, header.records_count)
+    how = "copied unchanged"
+    if len(rows) < header.records_count:
+        plain = _rebuilt(header, area, fields, rows, None)
+        if len(plain.data) <= max(limit, header.size):
+            batch, how = plain, "rebuilt without a delete horizon"
+    log.warning(
+        "%s: the cleaned batch at offset %d would exceed max.message.bytes=%d: %s (its tombstones "
+        "stay until a clean can set their delete horizon)",
+        path, header.base_offset, limit, how,
+    )  # fmt: skip
+    return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuilding a batch
+
+
+def _zigzag(values: np.ndarray) -> np.ndarray:
+    return ((values << 1) ^ (values >> 63)).astype(np.uint64)
+
+
+def _varint_sizes(zz: np.ndarray) -> np.ndarray:
+    sizes = np.ones(len(zz), dtype=np.int64)
+    for k in range(1, 10):
+        sizes += zz >= np.uint64(1 << (7 * k))
+    return sizes
+
+
+def _put_varints(out: np.ndarray, at: np.ndarray, zz: np.ndarray, sizes: np.ndarray) -> None:
+    for k in range(int(sizes.max()) if len(sizes) else 0):
+        rows = np.flatnonzero(sizes > k)
+        part = (zz[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = np.where(sizes[rows] > k + 1, 0x80, 0).astype(np.uint64)
+        out[at[rows] + k] = (part | more).astype(np.uint8)
+
+
+def _copy_spans(
+    out: np.ndarray, dest: np.ndarray, src: np.ndarray, lengths: np.ndarray, area: np.ndarray
+) -> None:
+    """out[dest[i] : dest[i] + lengths[i]] = area[src[i] : src[i] + lengths[i]] for every i."""
+    total = int(lengths.sum())
+    if total == 0:
+        return
+    starts = np.cumsum(lengths) - lengths
+    step = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+    out[np.repeat(dest, lengths) + step] = area[np.repeat(src, lengths) + step]
+
+
+def _rebuilt(
+    header: BatchHeader, area: bytes | memoryview, fields: np.ndarray, rows: np.ndarray, horizon: int | None
+) -> CleanedBatch:
+    """The batch with only ``rows`` of its records (Kafka's buildRetainedRecordsInto)."""
+    src = np.frombuffer(area, dtype=np.uint8)
+    log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if horizon is None and header.has_delete_horizon:
+        horizon = header.base_timestamp
+    stamps = (
+        np.full(len(rows), header.max_timestamp, dtype=np.int64)
+        if log_append
+        else header.base_timestamp + fields[TS_DELTA][rows]
+    )
+    base_timestamp = horizon if horizon is not None else int(stamps[0])
+    starts, ends = fields[START][rows], fields[END][rows]
+    old_deltas = fields[TS_DELTA][rows]
+    # Each record: length varint, attributes byte, timestamp delta varint, then the rest unchanged.
+    total = ends - starts
+    length_sizes = np.ones(len(rows), dtype=np.int64)
+    for k in range(2, 6):  # the length prefix is the size k for which total - k needs k bytes
+        length_sizes = np.where(_varint_sizes(_zigzag(total - k)) == k, k, length_sizes)
+    tails = starts + length_sizes + 1 + _varint_sizes(_zigzag(old_deltas))
+    tail_lengths = ends - tails
+    new_zz = _zigzag(stamps - base_timestamp)
+    new_sizes = _varint_sizes(new_zz)
+    body = 1 + new_sizes + tail_lengths
+    body_zz = _zigzag(body)
+    body_sizes = _varint_sizes(body_zz)
+    record_sizes = body_sizes + body
+    at = np.cumsum(record_sizes) - record_sizes
+    out = np.zeros(int(record_sizes.sum()), dtype=np.uint8)
+    _put_varints(out, at, body_zz, body_sizes)
+    out[at + body_sizes] = src[starts + length_sizes]  # attributes
+    _put_varints(out, at + body_sizes + 1, new_zz, new_sizes)
+    _copy_spans(out, at + body_sizes + 1 + new_sizes, tails, tail_lengths, src)
+    records = out.tobytes()
+    if header.compression != Compression.NONE:
+        records = compress(Compression(header.compression), records)
+    max_timestamp = header.max_timestamp if log_append else int(stamps.max())
+    attributes = header.attributes | (_DELETE_HORIZON if horizon is not None else 0)
+    head = _header(header, len(records), attributes, base_timestamp, max_timestamp, len(rows))
+    return CleanedBatch(_with_crc(head, records), header.last_offset, max_timestamp, len(rows))
+
+
+def _empty_header(header: BatchHeader) -> CleanedBatch:
+    """Kafka's writeEmptyHeader: the batch's offsets and producer fields with no records."""
+    attributes = header.attributes & _KEEP_FLAGS
+    ts = header.max_timestamp
+    head = _header(header, 0, attributes, ts, ts, 0)
+    return CleanedBatch(_with_crc(head, b""), header.last_offset, ts)
+
+
+def _header(
+    header: BatchHeader, records_size: int, attributes: int, base_ts: int, max_ts: int, count: int
+) -> bytearray:
+    out = bytearray(V2_HEADER_SIZE)
+    _HEADER.pack_into(
+        out,
+        0,
+        header.base_offset,
+        V2_HEADER_SIZE - 12 + records_size,
+        header.leader_epoch,
+        2,
+        0,
+        attributes,
+        header.last_offset - header.base_offset,
+        base_ts,
+        max_ts,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        count,
+    )
+    return out
+
+
+def _with_crc(head: bytearray, records: bytes) -> bytes:
+    struct.pack_into(">I", head, _CRC_AT, crc32c(records, crc32c(memoryview(head)[_CRC_FROM:])))
+    return bytes(head) + records

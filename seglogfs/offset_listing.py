@@ -1,0 +1,163 @@
+"""Which offsets of a log hold a user record, for listings (the mount's ``ls by-offset``).
+
+A compacted log has offset gaps inside and between batches. The walk goes batch by batch, through
+the headers only, and decodes a batch's record offset deltas only when its record count says some of
+its offsets are missing: a batch of ``lastOffsetDelta + 1`` records holds every offset of its range (a
+v2 batch's deltas are distinct and increasing). A control batch holds no user record. A batch whose
+records do not decode (damage) is listed whole: reading one of its offsets is the reader's EIO.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .compression import Compression
+from .errors import CorruptRecordError
+from .log_segments import segment_index_for
+from .records import BatchHeader, decode_batch_columns
+from .segment import LogSegment
+
+if TYPE_CHECKING:
+    from .log import Log
+
+__all__ = ["existing_offsets", "newest_offsets", "record_count"]
+
+# user records of sealed segments counted whole (weak: a segment retention or the cleaner removed goes)
+_SEALED_COUNTS: weakref.WeakKeyDictionary[LogSegment, int] = weakref.WeakKeyDictionary()
+_COUNTS_LOCK = threading.Lock()
+
+
+def existing_offsets(lg: Log, start: int | None = None, end: int | None = None) -> list[range]:
+    """The offsets in [start, end) (default: the whole log) that hold a user record, as ascending,
+    disjoint, non-adjacent ranges."""
+    lo = lg.start_offset if start is None else max(start, lg.start_offset)
+    hi = lg.end_offset if end is None else min(end, lg.end_offset)
+    runs: list[range] = []
+    if lo >= hi:
+        return runs
+    segments = lg.segments  # one snapshot: the cleaner and retention replace the list, never change it
+    for segment in segments[segment_index_for(lo, segments) :]:
+        if segment.base_offset >= hi:
+            break
+        position = segment.offset_index.lookup(lo).position if lo > segment.base_offset else 0
+        for header in segment.iter_headers(position):
+            if header.base_offset >= hi:
+                break
+            if header.last_offset < lo:
+                continue
+            for run in _batch_offsets(segment, header):
+                _add(runs, range(max(run.start, lo), min(run.stop, hi)))
+    return runs
+
+
+def newest_offsets(lg: Log, limit: int) -> list[range]:
+    """The newest ``limit`` offsets holding a user record, as :func:`existing_offsets` gives them.
+
+    A log whose ``cleanup.policy`` has no ``compact`` is taken as gap-free (its control records'
+    offsets are listed: opening one is ENOENT), so this costs nothing there; a compacted log is walked
+    back from its end in windows that double until ``limit`` offsets are found."""
+    start, end = lg.start_offset, lg.end_offset
+    if limit <= 0 or start >= end:
+        return []
+    if "compact" not in lg.config.cleanup_policy:
+        return [range(max(start, end - limit), end)]
+    runs: list[range] = []
+    count, high, window = 0, end, limit
+    while high > start and count < limit:
+        low = max(start, high - window)
+        found = existing_offsets(lg, low, high)
+        runs[:0] = found
+        count += sum(len(run) for run in found)
+        high, window = low, window * 2
+    excess = count - limit
+    while excess > 0:
+        first = runs[0]
+        if len(first) <= excess:
+            runs.pop(0)
+            excess -= len(first)
+        else:
+            runs[0] = first[excess:]
+            excess = 0
+    return _merged(runs)
+
+
+def record_count(lg: Log) -> int:
+    """How many user records the log holds from its start offset: the offsets in use, not
+    ``end - start`` (a compacted log has gaps; control records are not user records). From the batch
+    headers' record counts; a sealed segment is counted once."""
+    start = lg.start_offset
+    segments = lg.segments
+    total = 0
+    for k, segment in enumerate(segments):
+        sealed = k + 1 < len(segments)
+        if sealed and segments[k + 1].base_offset <= start:
+            continue
+        whole = sealed and segment.base_offset >= start
+        if whole:
+            with _COUNTS_LOCK:
+                cached = _SEALED_COUNTS.get(segment)
+            if cached is not None:
+                total += cached
+                continue
+        count = 0
+        for header in segment.iter_headers():
+            if header.last_offset < start:
+                continue
+            if header.magic >= 2 and not header.is_control and header.base_offset >= start:
+                count += header.records_count
+            else:
+                count += sum(len(range(max(r.start, start), r.stop)) for r in _batch_offsets(segment, header))
+        if whole:
+            with _COUNTS_LOCK:
+                _SEALED_COUNTS[segment] = count
+        total += count
+    return total
+
+
+def _batch_offsets(segment: LogSegment, header: BatchHeader) -> list[range]:
+    """The offsets of ``header``'s batch that hold a user record."""
+    if header.is_control:
+        return []
+    span = header.last_offset - header.base_offset + 1
+    if header.magic >= 2 and header.records_count == span:
+        return [range(header.base_offset, header.last_offset + 1)]
+    if header.magic >= 2 and header.records_count == 0:
+        return []  # emptied by the cleaner, kept for its offsets
+    if header.magic < 2 and header.compression == Compression.NONE:
+        return [range(header.last_offset, header.last_offset + 1)]
+    try:
+        data = segment.read(header.position, header.size)
+        offsets = decode_batch_columns(data, header.at(0), path=segment.log_path).offsets
+    except CorruptRecordError:
+        return [range(header.base_offset, header.last_offset + 1)]
+    return _runs(np.asarray(offsets, dtype=np.int64))
+
+
+def _runs(offsets: np.ndarray) -> list[range]:
+    """Ascending ``offsets`` as ranges of consecutive offsets."""
+    if len(offsets) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [len(offsets)]))
+    return [range(int(offsets[a]), int(offsets[b - 1]) + 1) for a, b in zip(starts, stops, strict=True)]
+
+
+def _add(runs: list[range], run: range) -> None:
+    if not run:
+        return
+    if runs and runs[-1].stop >= run.start:
+        runs[-1] = range(runs[-1].start, max(runs[-1].stop, run.stop))
+    else:
+        runs.append(run)
+
+
+def _merged(runs: list[range]) -> list[range]:
+    out: list[range] = []
+    for run in runs:
+        _add(out, run)
+    return out

@@ -1,0 +1,394 @@
+"""The log cleaner's rules, one at a time: passes when the map is too small, the dirty ratio and the
+compaction lags, tombstones and their delete horizon, grouping, the checkpoint, keyless appends,
+transactional batches, readers during a swap, the threads, the throttle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from crc32c import crc32c
+from kafka.record import MemoryRecords
+from support.cleaner_helpers import (
+    assert_verifies,
+    compact_config,
+    engine_records,
+    kafka_python_records,
+    latest_per_key,
+    open_manager,
+)
+from support.engine_helpers import ManualClock
+
+from seglogfs.cleaner_config import CleanerConfig
+from seglogfs.cleaner_manager import Throttler
+from seglogfs.errors import InvalidRecordError
+from seglogfs.log_cleaner import CleanAborted, Cleaner, cleanable_range, group_segments_by_size
+from seglogfs.log_files import CLEANER_OFFSET_CHECKPOINT
+from seglogfs.log_manager import LogManager
+from seglogfs.records import ProducerRecord, encode_batch, read_batch_header
+
+
+def fill(lg, rounds: int, keys: int = 10, per_round: int = 20, tombstone_every: int = 0) -> dict:
+    """Keyed appends, a roll after each round; returns the model (key -> (offset, value))."""
+    model = {}
+    n = 0
+    for r in range(rounds):
+        for i in range(per_round):
+            key = b"k%d" % ((r * per_round + i) % keys)
+            n += 1
+            value = None if tombstone_every and n % tombstone_every == 0 else b"r%d-%d" % (r, i)
+            info = lg.append([ProducerRecord(key=key, value=value)])
+            model[key] = (info.first_offset, value)
+        lg.roll()
+    return model
+
+
+def clean_all(manager, now_ms=None, limit: int = 100) -> list:
+    results = []
+    while (result := manager.clean_once(now_ms)) is not None and len(results) < limit:
+        results.append(result)
+    return results
+
+
+def test_a_dirty_section_larger_than_the_map_is_cleaned_in_passes(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock, dedupe_buffer_size=24 * 7) as manager:  # 6 keys
+        lg = manager.create_log("t-0")
+        model = fill(lg, rounds=4, keys=10)
+        first = manager.clean_once()
+        assert first.map_full and first.first_dirty_offset == 0
+        # Kafka's rule: the map takes records while it holds fewer than 6 keys: k0..k5 at offsets 0..5.
+        assert first.end_offset == 6
+        results = [first, *clean_all(manager)]
+        ends = [r.end_offset for r in results]
+        assert ends == sorted(ends) and ends[-1] == lg.segments[-1].base_offset
+        assert all(r.map_full for r in results[:-1])
+        assert latest_per_key(engine_records(lg)) == model
+        assert len(engine_records(lg)) == 10
+        assert manager.cleaner_state("t-0")["passes"] == len(results)
+
+
+def test_the_dirtiest_log_is_cleaned_first_and_only_over_its_ratio(tmp_path: Path) -> None:
+    clock = ManualClock()
+    cfg = compact_config(min_cleanable_dirty_ratio=0.5)
+    with open_manager(tmp_path, cfg, clock) as manager:
+        a, b = manager.create_log("a-0"), manager.create_log("b-0")
+        fill(a, rounds=2, keys=5)
+        fill(b, rounds=4, keys=5)
+        assert manager.clean_once().log in ("a-0", "b-0")  # both fully dirty: ratio 1
+        fill(a, rounds=3, keys=5)
+        fill(b, rounds=1, keys=5)
+        ratio = {name: manager.cleaner_state(name)["dirty_ratio"] for name in ("a-0", "b-0")}
+        dirtiest = max(ratio, key=ratio.get)
+        assert manager.clean_once().log == dirtiest
+        other = manager.cleaner_state("b-0" if dirtiest == "a-0" else "a-0")
+        assert (manager.clean_once() is not None) == (other["dirty_ratio"] > 0.5)
+        # Live: raise the bar, nothing is clean-worthy any more.
+        strict = compact_config(min_cleanable_dirty_ratio=1.0)
+        manager.update_configs(strict, {})
+        fill(a, rounds=1, keys=5)
+        assert manager.clean_once() is None
+        assert not manager.cleaner_state("a-0")["cleanable"]
+
+
+def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(min_compaction_lag_ms=60_000), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=2, keys=3)
+        clock.advance(61_000)
+        young = lg.segments[-1].base_offset
+        fill(lg, rounds=2, keys=3)
+        span = cleanable_range(lg, None, clock.ms)
+        assert span.first_uncleanable_offset == young
+        result = manager.clean_once()
+        assert result.end_offset == young
+        offsets = [o for o, _, _ in engine_records(lg)]
+        assert [o for o in offsets if o >= young] == list(range(young, lg.end_offset))  # untouched
+
+
+def test_max_compaction_lag_forces_a_clean_below_the_ratio(tmp_path: Path) -> None:
+    clock = ManualClock()
+    cfg = compact_config(min_cleanable_dirty_ratio=1.0, max_compaction_lag_ms=60_000)
+    with open_manager(tmp_path, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=2, keys=3)
+        assert manager.clean_once() is None  # ratio 1.0 is never exceeded
+        clock.advance(60_001)
+        assert manager.cleaner_state("t-0")["cleanable"]
+        assert manager.clean_once() is not None
+
+
+def headers_of(lg) -> list:
+    out = []
+    for segment in lg.segments:
+        data = segment.log_path.read_bytes()
+        position = 0
+        while (header := read_batch_header(data, position)) is not None:
+            out.append(header)
+            position += header.size
+    return out
+
+
+def test_tombstones_get_a_delete_horizon_then_go(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1"), ProducerRecord(key=b"b", value=b"2")])
+        lg.append([ProducerRecord(key=b"a", value=None), ProducerRecord(key=b"c", value=b"3")])
+        lg.roll()
+        manager.clean_once(clock.ms)
+        tomb = next(h for h in headers_of(lg) if h.base_offset == 2)
+        assert tomb.has_delete_horizon and tomb.base_timestamp == clock.ms + 10_000
+        assert tomb.last_offset == 3 and tomb.records_count == 2
+        assert engine_records(lg) == [(1, b"b", b"2"), (2, b"a", None), (3, b"c", b"3")]
+        # kafka-python reads the horizon batch: record timestamps are kept (deltas from the horizon).
+        batch = MemoryRecords(lg.segments[0].log_path.read_bytes())
+        stamps = []
+        while batch.has_next():
+            stamps += [r.timestamp for r in batch.next_batch()]
+        assert stamps == [r.timestamp for r in lg.iter_records()]
+        lg.append([ProducerRecord(key=b"d", value=b"4")])
+        lg.roll()
+        manager.clean_once(clock.ms + 9_999)  # inside the horizon: kept
+        assert (2, b"a", None) in engine_records(lg)
+        lg.append([ProducerRecord(key=b"e", value=b"5")])
+        lg.roll()
+        manager.clean_once(clock.ms + 10_000)
+        assert [k for _, k, _ in engine_records(lg)] == [b"b", b"c", b"d", b"e"]
+        assert lg.end_offset == 6 and lg.start_offset == 0
+
+
+def test_a_batch_keeps_its_offsets_and_an_emptied_segment_end_stays(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1"), ProducerRecord(key=b"b", value=b"2")])
+        lg.append([ProducerRecord(key=b"a", value=b"3"), ProducerRecord(key=b"b", value=b"4")])
+        lg.roll()
+        lg.append([ProducerRecord(key=b"a", value=b"5"), ProducerRecord(key=b"b", value=b"6")])
+        lg.roll()
+        clean_all(manager)
+        headers = headers_of(lg)
+        # The first batch is gone; the second is the first segment's last: kept as an empty header.
+        assert [(h.base_offset, h.last_offset, h.records_count) for h in headers] == [(2, 3, 0), (4, 5, 2)]
+        assert engine_records(lg) == [(4, b"a", b"5"), (5, b"b", b"6")]
+    assert_verifies(tmp_path / "t-0")
+
+
+def test_segments_are_grouped_as_kafka_groups_them(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(segment_bytes=100_000), clock) as manager:
+        lg = manager.create_log("t-0")
+        for _ in range(5):
+            lg.append([ProducerRecord(key=b"k", value=b"x" * 100)])
+            lg.roll()
+        sealed = lg.segments[:-1]
+        size = sealed[0].size
+        groups = group_segments_by_size(sealed, 2 * size, 10_000, lg.end_offset)
+        assert [len(g) for g in groups] == [2, 2, 1]
+        assert [len(g) for g in group_segments_by_size(sealed, 10 * size, 10_000, lg.end_offset)] == [5]
+        # The offset range of a group stays within Int.MAX of its base.
+        assert [len(g) for g in group_segments_by_size(sealed, 10 * size, 10_000, 2**31 + 10)] == [4, 1]
+        result = manager.clean_once()
+        assert (result.segments_in, result.segments_out) == (5, 1)
+        assert len(lg.segments) == 2 and lg.segments[0].base_offset == 0
+        assert engine_records(lg) == [(4, b"k", b"x" * 100)]
+
+
+def test_the_checkpoint_survives_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=2)
+        end = manager.clean_once().end_offset
+    lines = (tmp_path / CLEANER_OFFSET_CHECKPOINT).read_text().splitlines()
+    assert lines == ["0", "1", f"t 0 {end}"]
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        state = manager.cleaner_state("t-0")
+        assert state["first_dirty_offset"] == end and state["dirty_ratio"] == 0
+        assert manager.clean_once() is None
+
+
+def test_keyless_records_are_refused_on_a_compacted_log(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        for append in (
+            lambda: lg.append([ProducerRecord(key=b"a", value=b"1"), ProducerRecord(value=b"2")]),
+            lambda: lg.append_values([b"v"]),
+            lambda: lg.append_split([b"v"]),
+            lambda: lg.append_split([ProducerRecord(value=b"v")]),
+        ):
+            with pytest.raises(InvalidRecordError, match="log t-0 is compacted"):
+                append()
+        assert lg.end_offset == 0
+        lg.append_split([ProducerRecord(key=b"a", value=b"v")])
+        assert lg.end_offset == 1
+
+
+def with_attributes(batch: bytes, extra: int, producer_id: int) -> bytes:
+    """``batch`` with attribute bits added and a producer id, its CRC recomputed."""
+    data = bytearray(batch)
+    attributes = struct.unpack_from(">h", data, 21)[0] | extra
+    struct.pack_into(">h", data, 21, attributes)
+    struct.pack_into(">q", data, 43, producer_id)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
+    """Copied from a broker: a transactional batch (maybe aborted) is never rewritten nor dropped, and
+    its keys never make another record go."""
+    log_dir = tmp_path / "t-0"
+    log_dir.mkdir()
+    now = 1_700_000_000_000
+    plain = encode_batch([ProducerRecord(key=b"a", value=b"1")], 0, now_ms=now)
+    txn = with_attributes(encode_batch([ProducerRecord(key=b"a", value=b"2")], 1, now_ms=now), 0x10, 42)
+    newer = encode_batch([ProducerRecord(key=b"b", value=b"3")], 2, now_ms=now)
+    superseding = encode_batch([ProducerRecord(key=b"a", value=b"4")], 3, now_ms=now)
+    (log_dir / "00000000000000000000.log").write_bytes(plain + txn + newer)
+    (log_dir / "00000000000000000003.log").write_bytes(superseding)
+    (log_dir / "00000000000000000004.log").write_bytes(b"")
+    clock = ManualClock(now)
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.get("t-0")
+        assert manager.clean_once() is not None
+        data = lg.segments[0].log_path.read_bytes()
+        assert txn in data  # byte for byte
+        assert engine_records(lg) == [(1, b"a", b"2"), (2, b"b", b"3"), (3, b"a", b"4")]
+
+
+def test_a_reader_of_a_replaced_segment_finishes_it(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(file_delete_delay_ms=60_000), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=3)
+        old = lg.segments[0]
+        fd = old.open_reader_fd()
+        manager.clean_once()
+        assert old not in lg.segments and old in lg.deleted_segments
+        assert old.log_path.name.endswith(".deleted")
+        assert list(old.iter_batches(0, fd=fd))  # the whole old segment still reads
+        lg.delete_old_segments(clock.ms + 60_000)  # purge due: the files go
+        assert not old.log_path.exists()
+        os.close(fd)
+
+
+def test_threads_clean_in_the_background_and_log_each_clean(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="seglogfs.cleaner")
+    manager = open_manager(tmp_path, compact_config(), time.time, backoff_ms=10, threads=2)
+    try:
+        lg = manager.create_log("t-0")
+        model = fill(lg, rounds=3)
+        manager.start_cleaner()
+        deadline = time.monotonic() + 20
+        while manager.cleaner_state("t-0")["passes"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert latest_per_key(engine_records(lg)) == model
+        assert len(engine_records(lg)) == 10
+    finally:
+        manager.close()
+    messages = [r.getMessage() for r in caplog.records if r.name == "seglogfs.cleaner"]
+    assert any(
+        re.match(
+            r"cleaned log t-0: offsets \[0, 60\), \d+ segments -> \d+, \d+ -> \d+ bytes, 50 of 60 "
+            r"records removed, [\d.]+ s$",
+            m,
+        )
+        for m in messages
+    ), messages
+
+
+def test_disabled_or_read_only_cleaner_starts_no_thread(tmp_path: Path) -> None:
+    with LogManager(tmp_path, compact_config(), cleaner_config=CleanerConfig(enable=False)) as manager:
+        manager.start_cleaner()
+        assert manager.cleaner._threads == []
+
+
+def test_a_stopped_clean_leaves_nothing_behind(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        model = fill(lg, rounds=3)
+        calls = []
+        sealed = len(lg.segments) - 1  # a window each in the map pass: stop in the recopy
+        cleaner = Cleaner(1 << 20, should_stop=lambda: len(calls) > sealed + 1 or calls.append(1))
+        with pytest.raises(CleanAborted):
+            cleaner.clean(lg, cleanable_range(lg, None, clock.ms), clock.ms)
+        assert latest_per_key(engine_records(lg)) == model  # the groups swapped in before the stop
+        assert len(calls) == sealed + 2
+        assert not [p for p in lg.dir.iterdir() if ".cleaned" in p.name or ".swap" in p.name]
+
+
+def test_the_throttle_limits_bytes_per_second() -> None:
+    now = [0.0]
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    throttle = Throttler(1000, sleep=sleep, clock=lambda: now[0])
+    for _ in range(5):
+        throttle(1000)
+    assert sum(slept) == pytest.approx(4.0)  # one second's worth up front, then 1000 B/s
+    unlimited = Throttler(float("inf"), sleep=sleep, clock=lambda: now[0])
+    unlimited(10**9)
+    assert sum(slept) == pytest.approx(4.0)
+
+
+def test_the_cleaner_reads_and_writes_through_the_throttle(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=3)
+        size = sum(s.size for s in lg.segments[:-1])
+        seen = []
+        result = Cleaner(1 << 20, throttle=seen.append).clean(
+            lg, cleanable_range(lg, None, clock.ms), clock.ms
+        )
+        # the map pass and the recopy read every byte; the recopy writes what is kept
+        assert sum(seen) == 2 * size + result.bytes_out
+
+
+def test_compact_and_delete_both_apply(tmp_path: Path) -> None:
+    clock = ManualClock()
+    cfg = compact_config(cleanup_policy="compact,delete", retention_ms=1000)
+    with open_manager(tmp_path, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=3)
+        manager.clean_once()
+        clock.advance(2000)
+        assert lg.delete_old_segments(clock.ms) > 0
+    with open_manager(tmp_path / "only", compact_config(retention_ms=1000), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=3)
+        clock.advance(2000)
+        assert lg.delete_old_segments(clock.ms) == 0  # compact alone: no time retention
+
+
+def test_the_engine_and_kafka_python_agree_after_cleaning(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(compression_type="zstd"), clock) as manager:
+        lg = manager.create_log("t-0")
+        fill(lg, rounds=4, tombstone_every=7)
+        clean_all(manager)
+        assert kafka_python_records(lg.dir) == engine_records(lg)
+
+
+def test_a_compacted_log_rolls_by_max_compaction_lag(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with open_manager(
+        tmp_path, compact_config(segment_bytes=10**6, max_compaction_lag_ms=1000), clock
+    ) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1")])
+        clock.advance(1001)
+        lg.append([ProducerRecord(key=b"a", value=b"2")])
+        assert len(lg.segments) == 2  # segment.ms (7 days) alone would not roll

@@ -1,0 +1,50 @@
+"""A clean on a full disk (a small tmpfs, as tests/engine/test_disk_full.py uses): ENOSPC while the
+``.cleaned`` segment is written fails the clean cleanly. The log keeps exactly its records and
+files (no ``.cleaned`` left), the log is NOT marked uncleanable (a full disk is not the log's
+fault), and once there is room again the next round cleans it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from support.cleaner_helpers import (
+    assert_verifies,
+    compact_config,
+    engine_records,
+    latest_per_key,
+    open_manager,
+)
+from support.engine_helpers import ManualClock
+from test_disk_full import Filler, small_tmpfs
+
+from seglogfs.records import ProducerRecord
+
+
+def test_enospc_during_the_clean_leaves_the_log_intact_and_is_retried(tmp_path: Path, caplog) -> None:
+    with small_tmpfs(tmp_path / "disk", "4M") as disk:
+        clock = ManualClock()
+        cfg = compact_config(segment_bytes="256KiB", segment_index_bytes="64KiB")
+        data = disk / "data"
+        with open_manager(data, cfg, clock) as manager:
+            lg = manager.create_log("t-0")
+            for i in range(60):
+                lg.append([ProducerRecord(key=b"k%d" % (j % 50), value=b"v%d-" % i * 40) for j in range(50)])
+            lg.roll()
+            lg.flush()
+            before = engine_records(lg)
+            files = sorted(p.name for p in lg.dir.iterdir())
+            filler = Filler(disk / "filler")
+            filler.fill()
+            with caplog.at_level(logging.WARNING, logger="seglogfs.cleaner"):
+                assert manager.clean_once() is None
+            assert "No space left on device" in caplog.text and "will retry" in caplog.text
+            assert engine_records(lg) == before
+            assert sorted(p.name for p in lg.dir.iterdir()) == files
+            state = manager.cleaner_state("t-0")
+            assert state["uncleanable"] is None and state["cleanable"]
+            filler.close()
+            result = manager.clean_once()
+            assert result is not None and result.records_removed > 0
+            assert latest_per_key(engine_records(lg)) == latest_per_key(before)
+        assert_verifies(data / "t-0")
