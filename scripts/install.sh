@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
-ldconfig -p | grep -q 'libfuse3\.so\.3' || need_apt+=(libfuse3-3)
+# grep without -q: with pipefail, -q's early exit could kill ldconfig (SIGPIPE) and fail the test
+ldconfig -p | grep 'libfuse3\.so\.3' >/dev/null || need_apt+=(libfuse3-3)
 command -v getfattr >/dev/null || need_apt+=(attr)
 # The read-path tests drive records.jsonl through jq (tests/fs/test_fs_views.py).
 command -v jq >/dev/null || need_apt+=(jq)
@@ -41,7 +42,9 @@ PY=${PYTHON:-python3}
 stamp=.venv/.seglogfs-installed
 # Reinstall when the project's metadata or the C extension's source changed, or the extension is
 # missing (pip install -e builds it in place, next to its source).
-built=$(ls seglogfs/records/_scan.*.so 2>/dev/null | head -1)
+# (A glob, not `ls | head`: under `set -e -o pipefail` a failed ls in a fresh clone would end the script.)
+built=""
+for so in seglogfs/records/_scan.*.so; do [ -f "$so" ] && built=$so; done
 if [ ! -f "$stamp" ] || [ -z "$built" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
     || [ seglogfs/records/_scan.c -nt "$stamp" ] || [ seglogfs/records/_scan_walk.h -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
