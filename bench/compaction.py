@@ -1,10 +1,11 @@
 """Compaction benchmark, side by side in one run (this machine is shared: compare the ratio to cp).
 
-    .venv/bin/python bench/compaction.py [--records 10000000] [--keys 100000] [--dir /tmp/x]
+    .venv/bin/python bench/compaction.py [--records 10000000] [--keys 100000] [--batch 1000] [--dir /tmp/x]
 
-Writes ``--records`` records of 100-byte values over ``--keys`` keys (batches of 1000, each key
-rewritten in turn) to a compacted log, then in one run: copies the sealed segments with ``cp``
-(the same bytes, page cache warm for both), and cleans the log once with ``LogManager.clean_once``.
+Writes ``--records`` records of 100-byte values over ``--keys`` keys (batches of ``--batch``, each
+key rewritten in turn; ``--batch 1`` is the shape of ``echo >> append``, one line a write) to a
+compacted log, then in one run: copies the sealed segments with ``cp`` (the same bytes, page cache
+warm for both), and cleans the log once with ``LogManager.clean_once``.
 Prints cleaning MB/s (bytes of the segments cleaned, over the clean's wall time), the ratio to cp's
 MB/s, records removed, and the cleaner's peak memory (tracemalloc: numpy buffers included) against
 ``log.cleaner.dedupe.buffer.size``, which holds the offset map and the windows' working memory.
@@ -34,19 +35,18 @@ from seglogfs.records import ProducerRecord
 
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
 
-BATCH = 1000
 VALUE = 100
 
 
-def build(data_dir: Path, records: int, keys: int, cfg: LogConfig) -> int:
+def build(data_dir: Path, records: int, keys: int, cfg: LogConfig, batch_size: int = 1000) -> int:
     """The log, rolled so that every record is in a sealed segment; returns its sealed bytes."""
     with LogManager(data_dir, cfg) as manager:
         lg = manager.create_log("bench-0")
         value = b"v" * VALUE
-        for start in range(0, records, BATCH):
+        for start in range(0, records, batch_size):
             batch = [
                 ProducerRecord(key=b"key-%08d" % (i % keys), value=value)
-                for i in range(start, min(start + BATCH, records))
+                for i in range(start, min(start + batch_size, records))
             ]
             lg.append(batch)
         lg.roll()
@@ -122,6 +122,7 @@ def main() -> None:
     )
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=1000, help="records per appended batch")
     parser.add_argument("--dedupe-buffer", default="128MiB")
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
@@ -130,7 +131,7 @@ def main() -> None:
     cleaner = CleanerConfig.from_mapping({"log.cleaner.dedupe.buffer.size": args.dedupe_buffer})
     try:
         data_dir = root / "data"
-        size = build(data_dir, args.records, args.keys, cfg)
+        size = build(data_dir, args.records, args.keys, cfg, args.batch)
         cp_s = copy_with_cp(data_dir / "bench-0", root / "cp")
         served = root / "served"
         shutil.copytree(data_dir, served)  # uncleaned, for the mount row

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,19 @@ from crc32c import crc32c
 from .compression import Compression, compress
 from .errors import CorruptRecordError
 from .offset_map import OffsetMap
-from .records import V2_HEADER_SIZE, BatchHeader, TimestampType, records_area, validate_batch
-from .records.scan import END, KEY_LENGTH, KEY_START, OFFSET_DELTA, START, TS_DELTA, VALUE_LENGTH, scan_area
+from .records import V2_HEADER_SIZE, BatchHeader, TimestampType, _scan, records_area, validate_batch
+from .records.scan import (
+    END,
+    KEY_LENGTH,
+    KEY_START,
+    MIN_RECORD_SIZE,
+    OFFSET_DELTA,
+    ROWS,
+    START,
+    TS_DELTA,
+    VALUE_LENGTH,
+    scan_area,
+)
 
 __all__ = [
     "CleanedBatch",
@@ -53,6 +65,10 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_AT, _CRC_FROM = 17, 21
 _DELETE_HORIZON = 0x40
 _KEEP_FLAGS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control: what an empty header keeps
+_CODEC = 0x07
+_NOT_COMPACTABLE = 0x10 | 0x20  # transactional, control
+# Base offsets records_area accepts without a check of its own (2**31 from either end of int64).
+_PLAIN_BASE_OFFSETS = (-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31))
 
 
 def compactable(header: BatchHeader) -> bool:
@@ -104,12 +120,19 @@ class ScannedWindow:
 
     buffer: bytes | bytearray  # ends with 8 spare bytes
     areas: list[bytes | memoryview | None]  # per batch (None: copied untouched)
-    fields: list[np.ndarray | None]  # per batch: scan_area's rows
+    scanned: np.ndarray  # scan_area's rows of every compacted batch, one (ROWS, count) block after another
+    firsts: np.ndarray  # per batch: the index of its first record (its block: scanned[ROWS * first:])
+    counts: np.ndarray  # per batch: its records (0 for a batch copied untouched)
     record_batch: np.ndarray  # the batch of each record
     offsets: np.ndarray
     key_starts: np.ndarray  # within ``buffer``
     key_lengths: np.ndarray  # -1: no key
     value_lengths: np.ndarray  # -1: a tombstone
+
+    def fields(self, i: int) -> np.ndarray:
+        """scan_area's rows of batch ``i`` (a view)."""
+        first, count = int(self.firsts[i]), int(self.counts[i])
+        return self.scanned[ROWS * first : ROWS * (first + count)].reshape(ROWS, count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,67 +154,110 @@ def make_window(
     a window stops before its decompressed records pass ``limits.area_bytes``."""
     areas: list[bytes | memoryview | None] = []
     records = area_bytes = 0
+    view = memoryview(chunk)
     for header in headers:
         count = max(header.records_count, 0)
         if areas and (len(areas) >= limits.batches or records + count > limits.records):
             break
         local = header.position - position
-        validate_batch(memoryview(chunk)[local : local + header.size], header.at(0), path=path)  # type: ignore[arg-type]
-        if not compactable(header):
+        end = local + header.size
+        attributes = header.attributes
+        # The common case inline (a CRC-32C call and a slice: single-record batches spend their time
+        # here); validate_batch and records_area for anything else, and to word the error.
+        legacy = header.magic < 2
+        if legacy or header.records_count < 0 or crc32c(view[local + _CRC_FROM : end]) != header.crc:
+            try:
+                validate_batch(view, header.at(local), path=path)  # type: ignore[arg-type]
+            except CorruptRecordError as exc:
+                raise exc.at(path, position) from None  # type: ignore[arg-type]
+        if legacy or attributes & _NOT_COMPACTABLE:
             areas.append(None)
             continue
-        try:
-            area = records_area(chunk, header.at(local), path)  # type: ignore[arg-type]
-        except CorruptRecordError as exc:
-            raise exc.at(path, position) from None  # type: ignore[arg-type]
-        if header.compression != Compression.NONE:
+        if attributes & _CODEC or not _PLAIN_BASE_OFFSETS[0] <= header.base_offset <= _PLAIN_BASE_OFFSETS[1]:
+            try:
+                area = records_area(chunk, header.at(local), path)  # type: ignore[arg-type]
+            except CorruptRecordError as exc:
+                raise exc.at(path, position) from None  # type: ignore[arg-type]
+        else:
+            area = view[local + V2_HEADER_SIZE : end]
+        if attributes & _CODEC:
             if areas and area_bytes + len(area) > limits.area_bytes:
                 break
             area_bytes += len(area)
         areas.append(area)
-        records += header.records_count
+        records += count
     return Window(chunk, position, headers[: len(areas)], last=False, areas=areas)
 
 
 def scan_window(window: Window, path: object) -> ScannedWindow:
-    """Parse the records of every compactable batch of the window (CRC-checked by the caller).
-    Uncompressed records are read where they lie in the window's chunk; decompressed ones are
-    appended after it."""
-    areas: list[bytes | memoryview | None] = []
-    fields: list[np.ndarray | None] = []
-    bases: list[int] = []
+    """Parse the records of every compactable batch of the window (CRC-checked by the caller) into
+    one array, a C call a batch. Uncompressed records are read where they lie in the window's chunk;
+    decompressed ones are appended after it."""
+    headers, areas = window.headers, window.areas
+    counts = np.array(
+        [0 if a is None else h.records_count for h, a in zip(headers, areas, strict=True)], np.int64
+    )
+    firsts = np.cumsum(counts) - counts
+    scanned = np.empty(ROWS * int(counts.sum()), dtype=np.int64)
+    blocks = memoryview(scanned)
+    bases = np.zeros(len(headers), dtype=np.int64)  # where each batch's records lie in ``buffer``
     extra: list[bytes] = []
     extra_size = len(window.chunk)
-    for header, area in zip(window.headers, window.areas, strict=True):
+    for i, area in enumerate(areas):
         if area is None:
-            areas.append(None)
-            fields.append(None)
             continue
-        if header.compression == Compression.NONE:
-            bases.append(header.position - window.position + V2_HEADER_SIZE)
-        else:
-            bases.append(extra_size)
+        header = headers[i]
+        if header.attributes & _CODEC:
+            bases[i] = extra_size
             extra.append(area)  # type: ignore[arg-type]
             extra_size += len(area)
-        areas.append(area)
-        fields.append(scan_area(area, header.records_count, path, header.position))
+        else:
+            bases[i] = header.position - window.position + V2_HEADER_SIZE
+        count, at = header.records_count, ROWS * int(firsts[i])
+        _scan_into(area, count, blocks[at : at + ROWS * count], path, header.position)
     buffer: bytes | bytearray = window.chunk
     if extra:
         buffer = bytes(window.chunk) + b"".join(extra) + bytes(8)
-    present = [(i, f) for i, f in enumerate(fields) if f is not None]
-    counts = np.array([f.shape[1] for _, f in present], dtype=np.int64)
-    rows = np.concatenate([f for _, f in present], axis=1) if present else np.zeros((10, 0), np.int64)
-    base_offsets = np.array([window.headers[i].base_offset for i, _ in present], dtype=np.int64)
+    record_batch = np.repeat(np.arange(len(headers), dtype=np.int64), counts)
+    base_offsets = np.array([h.base_offset for h in headers], dtype=np.int64)
+    row = _row_reader(scanned, counts, firsts, record_batch)
     return ScannedWindow(
         buffer=buffer,
         areas=areas,
-        fields=fields,
-        record_batch=np.repeat(np.array([i for i, _ in present], dtype=np.int64), counts),
-        offsets=np.repeat(base_offsets, counts) + rows[OFFSET_DELTA],
-        key_starts=rows[KEY_START] + np.repeat(np.array(bases, dtype=np.int64), counts),
-        key_lengths=rows[KEY_LENGTH],
-        value_lengths=rows[VALUE_LENGTH],
+        scanned=scanned,
+        firsts=firsts,
+        counts=counts,
+        record_batch=record_batch,
+        offsets=base_offsets[record_batch] + row(OFFSET_DELTA),
+        key_starts=bases[record_batch] + row(KEY_START),
+        key_lengths=row(KEY_LENGTH),
+        value_lengths=row(VALUE_LENGTH),
     )
+
+
+def _row_reader(
+    scanned: np.ndarray, counts: np.ndarray, firsts: np.ndarray, record_batch: np.ndarray
+) -> Callable[[int], np.ndarray]:
+    """A function giving one of scan_area's rows for every record of the window's blocks."""
+    if len(counts) and counts[0] > 0 and (counts == counts[0]).all():  # batches of one size: a 3-D view
+        blocks = scanned.reshape(len(counts), ROWS, int(counts[0]))
+        return lambda field: blocks[:, field, :].ravel()
+    at = ROWS * firsts[record_batch] + np.arange(len(record_batch), dtype=np.int64) - firsts[record_batch]
+    stride = counts[record_batch]
+    return lambda field: scanned[at + field * stride]
+
+
+def _scan_into(area: bytes | memoryview, count: int, out: memoryview, path: object, position: int) -> None:
+    """scan_area's rows of one batch, written into ``out``. The C scanner is called directly (a
+    batch of one record costs a microsecond, not five); anything amiss goes through scan_area, which
+    words the error."""
+    try:
+        fine = count <= len(area) // MIN_RECORD_SIZE and _scan.scan(area, count, out) == len(area)
+    except ValueError:  # MalformedRecords, or a count the C side refuses
+        fine = False
+    if not fine:
+        scan_area(area, count, path, position)  # type: ignore[arg-type]
+        raise AssertionError("scan_area accepted records the C scanner refused")
 
 
 def window_digests(window: ScannedWindow, offset_map: OffsetMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,49 +283,59 @@ def filter_window(
     batch is larger than both ``max_batch_bytes`` (max.message.bytes) and its source (see
     :func:`_within_limit`)."""
     window = scan_window(source, path)
-    batches = [(h, source.data(h)) for h in source.headers]
-    retain_empty_last = source.last
-    keyed, h1, h2 = window_digests(window, offset_map)
-    keep = np.zeros(len(window.offsets), dtype=bool)
-    found = offset_map.get(h1, h2)
-    keep[keyed] = window.offsets[keyed] >= found
-    horizon_open = np.array(
-        [not h.has_delete_horizon or now_ms < h.base_timestamp for h, _ in batches], dtype=bool
-    )
-    tombstone = window.value_lengths < 0
-    keep &= ~tombstone | horizon_open[window.record_batch]
-    counts = np.bincount(window.record_batch, minlength=len(batches))
-    kept_counts = np.bincount(window.record_batch[keep], minlength=len(batches))
-    kept_tombstones = np.bincount(window.record_batch[keep & tombstone], minlength=len(batches))
-    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    headers = source.headers
+    keep, kept_counts, kept_tombstones, stays = _survivors(window, headers, offset_map, now_ms, source.last)
+    stats.batches_read += len(headers)
+    stats.records_read += int(window.counts.sum())
     out: list[CleanedBatch] = []
-    for i, (header, data) in enumerate(batches):
-        stats.batches_read += 1
-        if window.fields[i] is None:
-            out.append(CleanedBatch(data, header.last_offset, header.max_timestamp))
-            continue
-        stats.records_read += header.records_count
+    for i in np.flatnonzero(stays).tolist():
+        header = headers[i]
         kept = int(kept_counts[i])
         needs_horizon = kept_tombstones[i] > 0 and not header.has_delete_horizon
-        if kept == header.records_count and not needs_horizon:
-            out.append(CleanedBatch(data, header.last_offset, header.max_timestamp))
+        if window.areas[i] is None or (kept == header.records_count and not needs_horizon):
+            out.append(CleanedBatch(source.data(header), header.last_offset, header.max_timestamp))
         elif kept:
-            rows = np.flatnonzero(keep[firsts[i] : firsts[i] + counts[i]])
+            first = int(window.firsts[i])
+            rows = np.flatnonzero(keep[first : first + header.records_count])
             horizon = now_ms + delete_retention_ms if needs_horizon else None
-            rebuilt = _rebuilt(header, window.areas[i], window.fields[i], rows, horizon)  # type: ignore[arg-type]
+            rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
+                data = source.data(header)
                 rebuilt = _within_limit(
-                    header, data, window.areas[i], window.fields[i], rows, max_batch_bytes, path
+                    header, data, window.areas[i], window.fields(i), rows, max_batch_bytes, path
                 )  # type: ignore[arg-type]
                 kept = rebuilt.records_count
             out.append(rebuilt)
-        elif header.producer_id >= 0 or (retain_empty_last and i == len(batches) - 1):
-            out.append(_empty_header(header))
         else:
-            continue
+            out.append(_empty_header(header))
         stats.records_kept += kept
         stats.batches_kept += 1
     return out
+
+
+def _survivors(
+    window: ScannedWindow, headers: list[BatchHeader], offset_map: OffsetMap, now_ms: int, last: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(each record kept?, each batch's kept records and kept tombstones, each batch stays?). Only
+    the batches that stay are visited one by one: a batch that loses every record it had, is no
+    idempotent producer's and does not end its segment (``last``) is simply gone."""
+    keyed, h1, h2 = window_digests(window, offset_map)
+    keep = np.zeros(len(window.offsets), dtype=bool)
+    keep[keyed] = window.offsets[keyed] >= offset_map.get(h1, h2)
+    horizon_open = np.array(
+        [not h.attributes & _DELETE_HORIZON or now_ms < h.base_timestamp for h in headers], dtype=bool
+    )
+    tombstone = window.value_lengths < 0
+    keep &= ~tombstone | horizon_open[window.record_batch]
+    n = len(headers)
+    kept_counts = np.bincount(window.record_batch[keep], minlength=n)
+    kept_tombstones = np.bincount(window.record_batch[keep & tombstone], minlength=n)
+    compacted = np.array([a is not None for a in window.areas], dtype=bool)
+    stays = ~compacted | (kept_counts > 0) | (window.counts == 0)  # an empty batch is copied as it is
+    stays |= compacted & np.array([h.producer_id >= 0 for h in headers], dtype=bool)
+    if last:
+        stays[-1] = True
+    return keep, kept_counts, kept_tombstones, stays
 
 
 def _within_limit(

@@ -267,9 +267,10 @@ class Cleaner:
         taken = offset_map.put_prefix(h1, h2, window.offsets[keyed])
         # Kafka: the map has seen a batch once all its records are in (or when it has no key to add).
         seen = len(batches) if taken == len(keyed) else int(window.record_batch[keyed[taken]])
-        for header in batches[:seen]:
-            if header.last_offset >= start:
-                offset_map.update_latest_offset(header.last_offset)
+        if seen:
+            last = max(header.last_offset for header in batches[:seen])
+            if last >= start:
+                offset_map.update_latest_offset(last)
         return taken < len(keyed)
 
     # ------------------------------------------------------------------ the recopy
@@ -383,7 +384,10 @@ class Cleaner:
         path = segment.log_path
         want = min(self._read_size, end - position)
         chunk = _read(fd, position, want, path)
-        headers = list(iter_batch_headers(chunk, 0, want, path=path, base_position=position))
+        # No more headers than a window may hold: a chunk of tiny batches holds many more.
+        most = self.window_limits.batches
+        walk = iter_batch_headers(chunk, 0, want, path=path, base_position=position)
+        headers = list(itertools.islice(walk, most))
         if not headers:  # a batch larger than the window: read just it
             header = pread_header(fd, position, end, path)
             if header is None:  # the segment is sealed: no batch may run past its end
@@ -392,7 +396,7 @@ class Cleaner:
             headers = [header]
         window = make_window(chunk, position, headers, path, self.window_limits)
         used = window.headers[-1].end_position - position
-        cut = len(window.headers) < len(headers)
+        cut = len(window.headers) < len(headers) or len(headers) == most
         self._read_size = max(used + used // 4, _SMALLEST_WINDOW) if cut else self.window_bytes
         return window
 

@@ -119,12 +119,13 @@ class OffsetMap:
                 return h1, h2
             # Longer keys take more words: sorted by length, the keys still going are a suffix.
             same_words = (int(lengths.min()) + 7) // 8 == (int(lengths.max()) + 7) // 8
-            order = np.arange(n) if same_words else np.argsort(lengths, kind="stable")
+            # All keys of as many words (the usual case): whole columns, no index arrays.
+            order: slice | np.ndarray = slice(None) if same_words else np.argsort(lengths, kind="stable")
             sorted_lengths = lengths[order]
             for w in range((int(sorted_lengths.max()) + 7) // 8):
                 rows = order
                 if not same_words:
-                    rows = order[int(np.searchsorted(sorted_lengths, 8 * w, side="right")) :]
+                    rows = order[int(np.searchsorted(sorted_lengths, 8 * w, side="right")) :]  # type: ignore[index]
                 left = np.minimum(lengths[rows] - 8 * w, 8).astype(np.uint64)
                 mask = np.where(left >= 8, _ALL_ONES, (np.uint64(1) << (left * np.uint64(8))) - np.uint64(1))
                 word = words_at[starts[rows] + 8 * w] & mask
@@ -148,7 +149,7 @@ class OffsetMap:
         pending = np.arange(len(h1))
         while len(pending):
             s = slot[pending]
-            rows = self._table[s]
+            rows = self._table.take(s, axis=0)  # take: ~8x faster than fancy indexing a 2-D array
             empty = rows[:, 2] <= 0
             match = ~empty & (rows[:, 0] == k1[pending]) & (rows[:, 1] == k2[pending])
             found[pending[match]] = rows[match, 2] - 1
@@ -189,7 +190,7 @@ class OffsetMap:
         pending = np.arange(len(h1))
         while len(pending):
             s = slot[pending]
-            rows = table[s]
+            rows = table.take(s, axis=0)
             empty = rows[:, 2] <= 0
             match = ~empty & (rows[:, 0] == k1[pending]) & (rows[:, 1] == k2[pending])
             if match.any():
