@@ -7,7 +7,10 @@
   The reader ignores the header checksum, because Kafka wrote a wrong one for magic 0 messages.
 - zstd: a zstd frame.
 
-All codecs run in C through cramjam.
+All codecs run in C through cramjam. Decompression has a cap on its output (a small batch in a hostile
+data dir may otherwise decompress to gigabytes): gzip and zstd decompress into a buffer of bounded
+size and stop when it is full; lz4 and snappy are framed in blocks whose sizes are known before each
+is decompressed (snappy's from the block's length varint), so they stop at the first block past it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import struct
 from enum import IntEnum
 
 import cramjam
+import numpy as np
 
 
 class Compression(IntEnum):
@@ -73,24 +77,56 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise ValueError(f"unknown codec {codec!r}")
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """``data`` decompressed; CompressionError when it is not valid for ``codec``."""
+#: The most bytes :func:`decompress` produces unless told otherwise.
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+# gzip and zstd first decompress into a buffer of this many times the input (at least 1 MiB: cheap,
+# as its untouched pages are never mapped), then, when that is too small, into one of the cap.
+_FIRST_BUFFER_RATIO = 32
+_FIRST_BUFFER_MIN = 1 << 20
+_BUFFER_FULL = "failed to write whole buffer"  # cramjam's error when the output does not fit
+
+
+def decompress(codec: int, data: bytes | memoryview, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+    """``data`` decompressed; CompressionError when it is not valid for ``codec``, or when it would
+    decompress to more than ``max_size`` bytes (never more than that is produced)."""
     try:
         if codec == Compression.NONE:
+            if len(data) > max_size:
+                raise CompressionError(_too_large(codec, max_size))
             return bytes(data)
         if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _bounded(codec, cramjam.gzip, data, max_size)
         if codec == Compression.SNAPPY:
-            return _snappy_decompress(bytes(data))
+            return _snappy_decompress(bytes(data), max_size)
         if codec == Compression.LZ4:
-            return _lz4_frame_decompress(bytes(data))
+            return _lz4_frame_decompress(bytes(data), max_size)
         if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(codec, cramjam.zstd, data, max_size)
     except CompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError, or ValueError
         raise CompressionError(f"invalid {_codec_name(codec)} data: {exc}") from exc
     raise CompressionError(f"unknown compression codec id {codec}")
+
+
+def _bounded(codec: int, module, data: bytes | memoryview, max_size: int) -> bytes:
+    """gzip or zstd ``data`` decompressed into a buffer of at most ``max_size`` bytes: cramjam stops
+    writing (and decompressing) when the buffer is full."""
+    first = min(max_size, max(_FIRST_BUFFER_MIN, _FIRST_BUFFER_RATIO * len(data)))
+    for size in dict.fromkeys((first, max_size)):
+        out = np.empty(size, np.uint8)
+        try:
+            written = module.decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _BUFFER_FULL not in str(exc):
+                raise
+            continue
+        return out[:written].tobytes()
+    raise CompressionError(_too_large(codec, max_size))
+
+
+def _too_large(codec: int, max_size: int) -> str:
+    return f"{_codec_name(codec)} data decompresses to more than {max_size} bytes (the cap)"
 
 
 def _codec_name(codec: int) -> str:
@@ -110,21 +146,29 @@ def _snappy_xerial_compress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _snappy_decompress(data: bytes, max_size: int) -> bytes:
+    """Raw snappy or xerial's block stream; every raw block's length (its leading varint) is added
+    up before the block is decompressed."""
     if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = []
-    pos = len(_XERIAL_HEADER)
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise CompressionError("truncated xerial snappy block header")
-        (length,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        if length < 0 or pos + length > len(data):
-            raise CompressionError("truncated xerial snappy block")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + length])))
-        pos += length
-    return b"".join(out)
+        blocks = [data]
+    else:
+        blocks = []
+        pos = len(_XERIAL_HEADER)
+        while pos < len(data):
+            if pos + 4 > len(data):
+                raise CompressionError("truncated xerial snappy block header")
+            (length,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if length < 0 or pos + length > len(data):
+                raise CompressionError("truncated xerial snappy block")
+            blocks.append(data[pos : pos + length])
+            pos += length
+    total = 0
+    for block in blocks:
+        total += cramjam.snappy.decompress_raw_len(block)
+        if total > max_size:
+            raise CompressionError(_too_large(Compression.SNAPPY, max_size))
+    return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in blocks)
 
 
 def _xxh32(data: bytes, seed: int = 0) -> int:
@@ -172,7 +216,7 @@ def _lz4_frame_compress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_frame_decompress(data: bytes) -> bytes:
+def _lz4_frame_decompress(data: bytes, max_size: int) -> bytes:
     if not data.startswith(_LZ4_MAGIC) or len(data) < 7:
         raise CompressionError("not an LZ4 frame")
     flg, bd = data[4], data[5]
@@ -185,6 +229,8 @@ def _lz4_frame_decompress(data: bytes) -> bytes:
     block_checksum = bool(flg & 0x10)
     max_block = 1 << (8 + 2 * ((bd >> 4) & 0x7))
     out = []
+    total = 0
+    scratch = bytearray(max_block)
     while True:
         if pos + 4 > len(data):
             raise CompressionError("truncated LZ4 frame")
@@ -201,7 +247,9 @@ def _lz4_frame_decompress(data: bytes) -> bytes:
         if stored:
             out.append(block)
         else:
-            scratch = bytearray(max_block)
             written = cramjam.lz4.decompress_block_into(block, scratch)
             out.append(bytes(scratch[:written]))
+        total += len(out[-1])
+        if total > max_size:  # one block (at most 4 MiB) past the cap, then no more
+            raise CompressionError(_too_large(Compression.LZ4, max_size))
     return b"".join(out)

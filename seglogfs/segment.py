@@ -29,6 +29,7 @@ from .records import (
     iter_batch_headers,
     read_batch_header,
 )
+from .segment_lookup import SegmentLookup
 from .segment_recovery import SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
 
@@ -40,15 +41,12 @@ _NO_LIMIT = 1 << 62
 log = logging.getLogger(__name__)
 
 
-class _Suspect(Exception):
-    """Internal: the header walk met something only a CRC-checked survey can judge."""
-
-
-class LogSegment(SegmentSurvey, SegmentRecovery):
+class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     """A segment of a log. ``writable=False`` opens it for reading only and never touches the files.
 
-    The damage survey (:class:`~seglogfs.segment_survey.SegmentSurvey`) and the index checks and
-    recovery (:class:`~seglogfs.segment_recovery.SegmentRecovery`) live in their own modules.
+    Finding an offset's batch (:class:`~seglogfs.segment_lookup.SegmentLookup`), the damage survey
+    (:class:`~seglogfs.segment_survey.SegmentSurvey`) and the index checks and recovery
+    (:class:`~seglogfs.segment_recovery.SegmentRecovery`) live in their own modules.
     """
 
     def __init__(
@@ -283,63 +281,6 @@ class LogSegment(SegmentSurvey, SegmentRecovery):
             return None
         return pread_header(self._fd, position, end, self.log_path)
 
-    def find_batch(self, offset: int, *, surveyed: bool = False) -> BatchHeader | None:
-        """The first intact batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None.
-
-        Raises CorruptRecordError, naming the file and the position of the damage, when ``offset``
-        lies in a damaged stretch of the .log. Damage costs only itself: a batch whose header cannot be
-        read, whose CRC fails or whose offsets contradict its neighbours' (its baseOffset is outside the
-        CRC) is skipped, and the batches after it are found by resynchronising on the next intact one.
-        ``surveyed`` skips the header walk for the CRC-checked survey (after a batch failed its CRC).
-        """
-        if not surveyed:
-            try:
-                return self._find_batch_quick(offset)
-            except _Suspect:
-                pass
-        return self._find_batch_careful(offset)
-
-    def _find_batch_quick(self, offset: int) -> BatchHeader | None:
-        """Headers only, trusting a batch only when its offsets follow from a witness: an index entry
-        naming its last offset, the segment's base offset, or the previous trusted batch (contiguous
-        offsets). Anything else (a gap, an overlap, an unreadable header) raises _Suspect."""
-        end = self.size
-        (witness, position), upper = self.offset_index.lookup_bounds(offset)
-        if upper is not None:
-            # One read when the next indexed batch already holds the offset (always so when batches
-            # are larger than index.interval.bytes): the entry vouches for its offsets.
-            header = self._header_or_none(upper.position, end)
-            if (
-                header is not None
-                and header.magic >= 2
-                and header.last_offset == upper.offset
-                and header.base_offset <= offset
-            ):
-                return header
-        prev_last: int | None = None
-        while True:
-            if position >= end:
-                if self.offset_limit is not None and offset < self.offset_limit:
-                    raise _Suspect  # a sealed segment should hold it: its last batch may be damaged
-                return None
-            header = self._header_or_none(position, end)
-            if header is None or header.magic < 2:
-                raise _Suspect
-            if prev_last is not None:
-                trusted = header.base_offset == prev_last + 1
-            elif position == 0:
-                trusted = header.base_offset == self.base_offset
-            else:
-                trusted = header.last_offset == witness
-            if not trusted or (header.base_offset > offset and header.last_offset >= offset):
-                raise _Suspect  # a gap before the offset may hide a damaged batch
-            if self.offset_limit is not None and header.last_offset >= self.offset_limit:
-                raise _Suspect  # runs into the next segment
-            if header.last_offset >= offset:
-                return header
-            prev_last = header.last_offset
-            position += header.size
-
     def _header_or_none(self, position: int, end: int) -> BatchHeader | None:
         """The header at ``position`` when it parses and its batch fits before ``end``, else None."""
         try:
@@ -373,7 +314,8 @@ class LogSegment(SegmentSurvey, SegmentRecovery):
         segment (by default: one a later segment follows) walked to its end it is damage, like a size
         field no batch can have. Damage raises CorruptRecordError naming the file and position, unless
         ``on_damage`` is given: then every batch is also CRC-checked, and from the first damage or
-        break in the offsets on, the walk continues with :meth:`find_batch`'s careful survey: each
+        break in the offsets on (a gap is no break: offsets strictly increasing and CRCs holding,
+        as in a compacted log), the walk continues with :meth:`find_batch`'s careful survey: each
         damaged stretch (or batch whose offsets contradict its neighbours') goes to ``on_damage`` and
         the walk resumes at the next intact batch. ``fd``: a descriptor of this .log the caller owns,
         to read through instead of the segment's own (the survey reads through the segment's).
@@ -385,17 +327,9 @@ class LogSegment(SegmentSurvey, SegmentRecovery):
         if on_damage is None:
             yield from walk
             return
-        previous: BatchHeader | None = None
-        try:
-            for header, data in walk:
-                if not self._continues(previous, header, data):
-                    break
-                yield header, data
-                previous = header
-            else:
-                return
-        except CorruptRecordError:
-            pass
+        previous, finished = yield from self._intact_run(walk)
+        if finished:
+            return
         yield from self._batches_past_damage(fd, start_position, end, previous, on_damage)
 
     def _walk_batches(

@@ -70,7 +70,8 @@ class SegmentRecovery:
                          on_damage: object = None) -> Iterator[tuple[BatchHeader, bytes]]: ...
         def _accepted_batches(self, position: int = 0, previous: BatchHeader | None = None
                               ) -> Iterator[BatchHeader]: ...
-        def _continues(self, previous: BatchHeader | None, header: BatchHeader, data: bytes) -> bool: ...
+        def _intact_run(self, walk: Iterator[tuple[BatchHeader, bytes]]
+                        ) -> Iterator[tuple[BatchHeader, bytes]]: ...
         def _intact_batch_at(self, position: int, end: int) -> tuple[BatchHeader | None, str]: ...
 
     def _open_indexes(self) -> None:
@@ -301,26 +302,20 @@ class SegmentRecovery:
         damage skipped; with ``check_last`` (the active segment, whose offsets run on without gaps) the
         last one only when its offsets continue its predecessor's, as nothing after it can vouch for
         them. A chunked walk while batches follow each other, then the careful one."""
-        previous: BatchHeader | None = None
-        position = 0
-        try:
-            for header, data in self.iter_batches(0, sealed=False):
-                if not self._continues(previous, header, data):
-                    break
-                previous, position = header, header.end_position
-                yield header
-        except CorruptRecordError:
-            pass
-        before, last = None, previous
+        before: BatchHeader | None = None
+        last: BatchHeader | None = None  # held back until the next one, for ``check_last``
+        for header, _ in self._intact_run(self.iter_batches(0, sealed=False)):
+            if last is not None:
+                yield last
+            before, last = last, header
+        position = last.end_position if last is not None else 0
         if position < self.size:
-            for header in self._accepted_batches(position, previous):
-                if last is not None and last is not previous:
+            for header in self._accepted_batches(position, last):
+                if last is not None:
                     yield last
                 before, last = last, header
-            if last is not None and last is not previous and (
-                not check_last or self._continues_offsets(before, last)
-            ):
-                yield last
+        if last is not None and (not check_last or self._continues_offsets(before, last)):
+            yield last
 
     def _continues_offsets(self, before: BatchHeader | None, last: BatchHeader) -> bool:
         """Whether the offsets of the active segment's last intact batch can be believed: it continues

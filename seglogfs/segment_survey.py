@@ -11,7 +11,7 @@ neighbours into :class:`Damage`, and resynchronises past damage on the next inta
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -222,6 +222,13 @@ class SegmentSurvey:
             trusted[i] = trusted[i] or (i + 2 < n and bridged[i + 2] and trusted[i + 2])
         return trusted
 
+    def _offsets_fit(self, h: BatchHeader) -> bool:
+        """Whether the last offset of ``h`` can be in this segment: below the next segment's base
+        offset, within 2**31 - 1 of this one's (offsets are stored relative to it in the indexes)."""
+        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
+            return False
+        return h.last_offset - self.base_offset <= 2**31 - 1
+
     def _offsets_contradicted(
         self, h: BatchHeader, prev: BatchHeader | None, nxt: BatchHeader | None, witness: int | None
     ) -> str:
@@ -385,15 +392,42 @@ class SegmentSurvey:
             yield header
             previous, position = header, header.end_position
 
+    def _intact_run(
+        self, walk: Iterator[tuple[BatchHeader, bytes]]
+    ) -> Generator[tuple[BatchHeader, bytes], None, tuple[BatchHeader | None, bool]]:
+        """The batches of ``walk`` while each is intact and carries on from the one before
+        (:meth:`_continues`), each yielded once the next one (or the end of the walk) agrees with its
+        offsets: past a gap, a batch's baseOffset (outside its CRC) has only the next batch to
+        contradict it. Returns (the last batch yielded, whether the walk ended without a break)."""
+        previous: BatchHeader | None = None
+        pending: tuple[BatchHeader, bytes] | None = None
+        try:
+            for header, data in walk:
+                if not self._continues(pending[0] if pending else previous, header, data):
+                    return previous, False
+                if pending is not None:
+                    yield pending
+                    previous = pending[0]
+                pending = header, data
+        except CorruptRecordError:
+            return previous, False
+        if pending is not None:
+            yield pending
+            previous = pending[0]
+        return previous, True
+
     def _continues(self, previous: BatchHeader | None, header: BatchHeader, data: bytes) -> bool:
         """Whether ``header``'s batch is intact (its CRC) and its offsets carry on from ``previous``
-        (or start the segment); anything else is for the careful survey to judge."""
+        (or start the segment) and stay below the next segment's: strictly increasing, with or
+        without a gap (a compacted log's). Anything else is for the careful survey to judge."""
         try:
             validate_batch(data, header.at(0))
         except CorruptRecordError:
             return False
+        if not self._offsets_fit(header):
+            return False
         if previous is None:
-            return header.position != 0 or header.magic < 2 or header.base_offset == self.base_offset
+            return header.position != 0 or header.magic < 2 or header.base_offset >= self.base_offset
         if header.magic < 2:
             return header.last_offset > previous.last_offset
-        return follows(previous, header)
+        return header.base_offset > previous.last_offset

@@ -45,6 +45,7 @@ from .decode import (
     decode_batch_columns,
     decode_record,
     first_record_stamp,
+    max_records_area,
     record_bounds,
     records_area,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "encode_values",
     "first_record_stamp",
     "iter_batch_headers",
+    "max_records_area",
     "read_batch_header",
     "record_bounds",
     "records_area",

@@ -98,15 +98,29 @@ def _check_base_offset(header: BatchHeader, path) -> None:
         )
 
 
+def max_records_area(compressed_size: int) -> int:
+    """The most bytes a compressed batch's records may decompress to (the cap against decompression
+    bombs): 64 times the compressed size, and at least 64 MiB, which is 64 times Kafka's default
+    ``max.message.bytes`` (the broker's bound on a stored batch's compressed size). Kafka itself
+    streams records and has no cap; a producer fills a batch up to ``batch.size`` (16 KiB) of
+    estimated compressed bytes and no record exceeds ``max.request.size`` (1 MiB), so a real batch
+    passes unless it holds over 64 MiB that compress more than 64:1."""
+    return max(_MIN_RECORDS_AREA_CAP, _RECORDS_AREA_RATIO * compressed_size)
+
+
+_MIN_RECORDS_AREA_CAP = 64 * 1024 * 1024
+_RECORDS_AREA_RATIO = 64
+
+
 def records_area(buf, header: BatchHeader, path: str | Path | None = None) -> memoryview | bytes:
     """The records of the v2 batch ``header`` in ``buf``: a view of ``buf`` (no copy) when
-    uncompressed, else decompressed."""
+    uncompressed, else decompressed (CorruptRecordError past :func:`max_records_area`)."""
     _check_base_offset(header, path)
     raw = batch_bytes(buf, header)[V2_HEADER_SIZE:]
     if header.compression == Compression.NONE:
         return raw
     try:
-        return decompress(header.compression, raw)
+        return decompress(header.compression, raw, max_records_area(len(raw)))
     except CompressionError as exc:
         raise CorruptRecordError(str(exc), path, header.position) from None
 
