@@ -8,6 +8,7 @@ they work on a snapshot of the segment list, and a batch becomes visible only af
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -59,6 +60,7 @@ from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
 
 log = logging.getLogger(__name__)
+_UIDS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +80,14 @@ class Log(SegmentRemoval):
     ) -> None:
         self.dir = Path(directory)
         self.name = self.dir.name
+        self.uid = next(_UIDS)  # unique for the process's life, unlike id(): a reopened log is another
         self.topic, self.partition = parse_log_dir_name(self.name)
         self.config = config
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.RLock()
         self._segments: list[LogSegment] = []
+        self._removals = 0
         self._next_offset = 0
         self._start_offset = 0
         self.recovery_point = 0
@@ -144,8 +148,11 @@ class Log(SegmentRemoval):
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         # Copy-on-write: readers hold on to whichever list they fetched.
+        old, kept = self._segments, set(segments)
         self._segments = list(segments)
         link_segments(segments)
+        if any(segment not in kept for segment in old):
+            self._removals += 1  # after the new list is out: see `removals`
 
     def _release(self) -> None:
         if self._owner_lock is not None:
@@ -163,6 +170,14 @@ class Log(SegmentRemoval):
     def end_offset(self) -> int:
         """The log end offset: the offset the next record will get."""
         return self._next_offset
+
+    @property
+    def removals(self) -> int:
+        """How many times segments left the log (retention, compaction). Counted once the
+        new segment list is out, so an answer computed between two equal counts read before and after
+        comes from a list no older than the first count: a cache of reads keeps it only while the
+        count stays the same."""
+        return self._removals
 
     @property
     def closed(self) -> bool:

@@ -12,6 +12,7 @@ append (a batch becomes visible once ``size`` covers it, and ``size`` moves only
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import random
@@ -36,6 +37,7 @@ from .segment_survey import Damage, SegmentSurvey
 __all__ = ["Damage", "LogSegment", "next_offset_of_file", "pread_header", "random_roll_jitter"]
 
 _READ_CHUNK = 4 * 1024 * 1024
+_UIDS = itertools.count(1)
 _NO_LIMIT = 1 << 62
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     ):
         self.dir = Path(directory)
         self.base_offset = base_offset
+        #: unique for the process's life, unlike id(): a compacted copy never passes for the original
+        self.uid = next(_UIDS)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.roll_jitter_ms = roll_jitter_ms

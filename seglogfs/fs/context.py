@@ -44,7 +44,8 @@ class MountContext:
         self.started_ns = time.time_ns()
         #: every stream view of every log (records, records.jsonl, from/<n>...)
         self.views = StreamViews()
-        self._records: OrderedDict[tuple[str, int], Record] = OrderedDict()
+        #: (the log's uid, offset) -> (the log's removals when read, record)
+        self._records: OrderedDict[tuple[int, int], tuple[int, Record]] = OrderedDict()
         self._records_bytes = 0
         self._records_lock = threading.Lock()
 
@@ -82,30 +83,34 @@ class MountContext:
 
     def record(self, lg: Log, offset: int) -> Record:
         """``Log.read`` behind an LRU of :data:`RECORD_CACHE_BYTES`: a lookup, open and getxattr of one
-        offset read it once, and so do opens of files read again."""
-        key = (lg.name, offset)
-        with self._records_lock:
-            record = self._records.get(key)
-            if record is not None and offset >= lg.start_offset:  # else retention took it: ask lg
-                self._records.move_to_end(key)
-                return record
-        record = lg.read(offset)
+        offset read it once, and so do opens of files read again. A record is kept with the log's
+        :attr:`~seglogfs.log.Log.removals` and served only while it stays the same: once retention or
+        compaction removed segments, every record is read again (the cleaned offset is then ENOENT)."""
+        key = (lg.uid, offset)
+        while True:
+            removals = lg.removals
+            with self._records_lock:
+                cached = self._records.get(key)
+                if cached is not None and cached[0] == removals and offset >= lg.start_offset:
+                    self._records.move_to_end(key)
+                    return cached[1]
+            try:
+                record = lg.read(offset)
+            except Exception:
+                if lg.removals == removals:
+                    raise
+                continue  # read from a list that changed under it (a segment swapped or closed)
+            if lg.removals == removals:
+                break
         with self._records_lock:
             old = self._records.pop(key, None)
             if old is not None:
-                self._records_bytes -= _weight(old)
-            self._records[key] = record
+                self._records_bytes -= _weight(old[1])
+            self._records[key] = (removals, record)
             self._records_bytes += _weight(record)
             while self._records_bytes > RECORD_CACHE_BYTES and self._records:
-                self._records_bytes -= _weight(self._records.popitem(last=False)[1])
+                self._records_bytes -= _weight(self._records.popitem(last=False)[1][1])
         return record
-
-    def forget_records(self, name: str) -> None:
-        """Drop the cached records of log ``name`` (compaction removed some of its offsets)."""
-        with self._records_lock:
-            for key in [k for k in self._records if k[0] == name]:
-                self._records_bytes -= _weight(self._records.pop(key))
-
 
 
 def _weight(record: Record) -> int:

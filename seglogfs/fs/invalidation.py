@@ -160,16 +160,16 @@ class PathNotes:
 class LogState:
     """What decides whether a log's cached paths are stale: its offsets and its segment objects."""
 
-    log_id: int
+    log_uid: int  # Log.uid: never reused, unlike id()
     start: int
     end: int
-    segments: tuple[tuple[int, int], ...]  # (base offset, id of the LogSegment), oldest first
+    segments: tuple[tuple[int, int], ...]  # (base offset, LogSegment.uid), oldest first
     rebases: int = 0  # times the log's stream views dropped their hole: their sizes shrank
 
     @classmethod
     def of(cls, lg: Log, rebases: int = 0) -> LogState:
-        segments = tuple((s.base_offset, id(s)) for s in lg.segments)
-        return cls(id(lg), lg.start_offset, lg.end_offset, segments, rebases)
+        segments = tuple((s.base_offset, s.uid) for s in lg.segments)
+        return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases)
 
     @property
     def active_base(self) -> int:
@@ -184,20 +184,17 @@ class Notifier:
     """The thread that invalidates what changed, every :data:`POLL_INTERVAL_S` (see the module doc)."""
 
     def __init__(self, manager: LogManager, notes: PathNotes, invalidate: Invalidate, *,
-                 forget_records: Callable[[str], None], stream_rebases: Callable[[str], int],
-                 interval: float = POLL_INTERVAL_S) -> None:
-        """``forget_records(log name)``: drop the mount's own cache of that log's records;
-        ``stream_rebases(log name)``: how often its stream views shrank (a change with no new offset)."""
+                 stream_rebases: Callable[[str], int], interval: float = POLL_INTERVAL_S) -> None:
+        """``stream_rebases(log name)``: how often its stream views shrank (a change with no new offset)."""
         self.manager = manager
         self.stream_rebases = stream_rebases
-        self.forget_records = forget_records
         self.notes = notes
         self.invalidate = invalidate
         self.interval = interval
         self._states: dict[str, LogState] = {}
         #: changes that moved or replaced offsets, invalidated once more at the next check: a request
         #: that read the old segment list just before the change may answer (and the kernel cache its
-        #: answer, the mount cache its record) just after the first invalidation
+        #: answer) just after the first invalidation
         self._again: dict[str, tuple[LogState | None, LogState]] = {}
         self._names: frozenset[str] = frozenset()
         self._wake = threading.Event()
@@ -256,14 +253,14 @@ class Notifier:
         for name, lg in logs.items():
             state = LogState.of(lg, self.stream_rebases(name))
             old = self._states.get(name)
+            # each change is forgotten only once it was invalidated: one that raised is retried
+            if name in self._again:  # the previous change's second time, before this one's first
+                done += self._log_changed(name, lg, *self._again[name], replay=True)
+                del self._again[name]
             if state != old:
-                self._states[name] = state
-                if name in self._again:  # the previous change's second time, before this one's first
-                    done += self._log_changed(name, lg, *self._again.pop(name), replay=True)
-                same_log = old is not None and old.log_id == state.log_id  # else: reopened, all may differ
+                same_log = old is not None and old.log_uid == state.log_uid  # else: reopened, all may differ
                 done += self._log_changed(name, lg, old if same_log else None, state)
-            elif name in self._again:
-                done += self._log_changed(name, lg, *self._again.pop(name), replay=True)
+                self._states[name] = state
         for name in self._states.keys() - logs.keys():
             del self._states[name]
             self._again.pop(name, None)
@@ -287,7 +284,6 @@ class Notifier:
         if moved:
             if not replay:
                 self._again[name] = (old, new)  # once more at the next check
-            self.forget_records(name)
             links_gone = [p for p in notes.time_links if self.invalidate(p) != 0]
             done += len(notes.time_links) - len(links_gone)
             done += self._offsets(name, notes, old, new)
@@ -317,12 +313,19 @@ class Notifier:
     def _offsets(self, name: str, notes: _LogNotes, old: LogState | None, new: LogState) -> int:
         """Invalidate the noted by-offset paths that retention or compaction may have removed."""
         doomed = {o for o in notes.offsets if o < new.start}
-        for low, high in _replaced_ranges(old, new):
+        ranges = list(_replaced_ranges(old, new))
+        for low, high in ranges:
             doomed |= {o for o in notes.offsets if low <= o < high}
-        if notes.lowest_offset is not None and notes.lowest_offset < new.start:
-            first = notes.lowest_offset if old is None else max(notes.lowest_offset, old.start)
-            last = min(new.start, first + _MAX_RANGE_INVALIDATIONS)
-            doomed.update(range(first, last))
+        if notes.lowest_offset is not None:  # the notes overflowed: any offset from it on may be held
+            if notes.lowest_offset < new.start:
+                ranges.append((notes.lowest_offset if old is None else max(notes.lowest_offset, old.start),
+                               new.start))
+            budget = _MAX_RANGE_INVALIDATIONS
+            for low, high in ranges:
+                first = max(low, notes.lowest_offset)
+                last = min(high, first + budget)
+                doomed.update(range(first, last))
+                budget -= max(last - first, 0)
         odd = [path for path, o in notes.odd_spellings.items() if o in doomed or o < new.start]
         return self._paths([*(f"/{name}/by-offset/{o}" for o in sorted(doomed)), *odd])
 

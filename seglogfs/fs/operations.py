@@ -95,7 +95,6 @@ class SeglogOperations(mfusepy.Operations):
             )
         # libfuse's init runs in a request: the only place that names the mount for invalidations
         self.notifier = Notifier(self.manager, self.notes, libfuse_invalidator(),
-                                 forget_records=self.context.forget_records,
                                  stream_rebases=self.context.views.rebases)
         self.notifier.start()
         if self.on_init is not None:
