@@ -84,6 +84,8 @@ class FilterStats:
     records_kept: int = 0
     batches_read: int = 0
     batches_kept: int = 0
+    #: batches written otherwise than read (records dropped, a delete horizon set, emptied)
+    batches_rewritten: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +296,11 @@ def filter_window(
         needs_horizon = kept_tombstones[i] > 0 and not header.has_delete_horizon
         if window.areas[i] is None or (kept == header.records_count and not needs_horizon):
             out.append(CleanedBatch(source.data(header), header.last_offset, header.max_timestamp))
-        elif kept:
+            stats.records_kept += kept
+            stats.batches_kept += 1
+            continue
+        stats.batches_rewritten += 1
+        if kept:
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
             horizon = now_ms + delete_retention_ms if needs_horizon else None

@@ -309,8 +309,8 @@ class Cleaner:
                         path=segment.log_path,
                     )
                     self._append(cleaned, out)
-            if cleaned.size == bytes_in and len(group) == 1 and stats.records_kept == stats.records_read:
-                _discard(cleaned, lg, base)  # nothing to remove: the segment stays as it is
+            if len(group) == 1 and stats.batches_rewritten == 0 and stats.batches_kept == stats.batches_read:
+                _discard(cleaned, lg, base)  # every batch copied as it was: the segment stays as it is
                 result.bytes_in += bytes_in
                 result.bytes_out += bytes_in
                 result.records_read += stats.records_read

@@ -164,6 +164,28 @@ def test_tombstones_get_a_delete_horizon_then_go(tmp_path: Path) -> None:
         assert lg.end_offset == 6 and lg.start_offset == 0
 
 
+def test_a_segment_whose_only_change_is_a_delete_horizon_is_rewritten(tmp_path: Path) -> None:
+    """The cleaner kept a one-segment group as it was when the cleaned copy had the same size and every
+    record survived: here the gzip batch with its new delete horizon compresses to exactly its old
+    size (found by the compaction model), so its tombstones got their horizon a clean late."""
+    clock = ManualClock()
+    cfg = compact_config(delete_retention_ms=10_000, compression_type="gzip")
+    with open_manager(tmp_path, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        keys_values = [(b"k3", None), (b"k4", None), (b"k7", None), (b"k2", b"\x0b\x19"), (b"k10", None)]
+        lg.append([ProducerRecord(key=k, value=v) for k, v in keys_values])
+        lg.roll()
+        before = lg.segments[0].log_path.read_bytes()
+        manager.clean_once(clock.ms)
+        (header,) = headers_of(lg)
+        assert header.has_delete_horizon and header.base_timestamp == clock.ms + 10_000
+        assert len(lg.segments[0].log_path.read_bytes()) == len(before)  # the same size, other bytes
+        lg.append([ProducerRecord(key=b"s", value=b"s")])
+        lg.roll()
+        manager.clean_once(clock.ms + 10_000)
+        assert engine_records(lg) == [(3, b"k2", b"\x0b\x19"), (5, b"s", b"s")]
+
+
 def test_a_batch_keeps_its_offsets_and_an_emptied_segment_end_stays(tmp_path: Path) -> None:
     clock = ManualClock()
     with open_manager(tmp_path, compact_config(), clock) as manager:
