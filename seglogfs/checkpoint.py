@@ -309,7 +309,7 @@ def write_empty_producer_snapshot(path: str | Path) -> None:
     """Write an empty producer snapshot (``<20-digit offset>.snapshot``), fsynced.
 
     Kafka writes these at segment bases when no producer state exists; their presence lets it skip
-    rebuilding producer state by scanning the log. Kafka parity: no engine caller yet (the engine
-    keeps no producer state); kept, with its tested bytes, for writing broker-loadable dirs.
+    rebuilding producer state by scanning the log. No engine caller yet: ``producer_state.py`` writes
+    full snapshots and is not wired into ``Log`` so far (issue 11); kept, with its tested bytes.
     """
     atomic_write(path, EMPTY_PRODUCER_SNAPSHOT)

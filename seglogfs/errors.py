@@ -26,7 +26,7 @@ class CorruptRecordError(SeglogError):
                 where += f" at position {position}"
         super().__init__(f"{message}{where}")
 
-    def at(self, path: str | Path, base_position: int = 0) -> CorruptRecordError:
+    def at(self, path: str | Path | None, base_position: int = 0) -> CorruptRecordError:
         """The same error located in ``path``, its position shifted by ``base_position``."""
         position = None if self.position is None else self.position + base_position
         bare = str(self).split(" in ", 1)[0] if self.path else str(self)

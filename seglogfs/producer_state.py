@@ -128,7 +128,7 @@ def end_txn_marker(
     try:
         first = _first_record(header.at(0), batch, path)
     except CorruptRecordError as exc:
-        raise exc.at(path, header.position) from None  # type: ignore[arg-type]  # at() takes None too
+        raise exc.at(path, header.position) from None
     if first is None:
         return None
     key, value = first
