@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
         "--max-bytes", type=int, default=INT_MAX, metavar="N", help="read at most N bytes of a .log"
     )
     dump.add_argument("--skip-record-metadata", action="store_true", help="print only keys and values")
+    dump.add_argument(
+        "--cluster-metadata-decoder",
+        action="store_true",
+        help="print __cluster_metadata records as their JSON (implies --print-data-log)",
+    )
 
     verify = sub.add_parser(
         "verify",
@@ -67,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "dump":
             options = DumpOptions(
+                cluster_metadata_decoder=args.cluster_metadata_decoder,
                 print_data_log=args.print_data_log,
                 deep_iteration=args.deep_iteration,
                 verify_index_only=args.verify_index_only,

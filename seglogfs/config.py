@@ -63,7 +63,13 @@ __all__ = [
 _COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = ("delete", "compact")
-_CHOICES = {"message_timestamp_type": _TIMESTAMP_TYPES, "compression_type": _COMPRESSION_TYPES}
+#: Kafka consumer isolation.level values (the mount's fs.isolation.level; read_uncommitted is Kafka's default)
+_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+_CHOICES = {
+    "message_timestamp_type": _TIMESTAMP_TYPES,
+    "compression_type": _COMPRESSION_TYPES,
+    "fs_isolation_level": _ISOLATION_LEVELS,
+}
 
 
 def _parse_choice(choices: tuple[str, ...]) -> Callable[[object, str], str]:
@@ -247,6 +253,7 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("fs_listing_limit", "int", 1, (("fs.listing.limit", _count),)),
     _Field("fs_append_key_separator", "separator", None, (("fs.append.key.separator", _separator),)),
+    _Field("fs_isolation_level", "str", None, (("fs.isolation.level", _parse_choice(_ISOLATION_LEVELS)),)),
 )
 _FIELD_BY_ATTR = {f.attr: f for f in _FIELDS}
 _NAME_TO_FIELD = {name: (f, rank) for f in _FIELDS for rank, (name, _) in enumerate(f.names)}
@@ -289,7 +296,10 @@ class LogConfig:
     builds itself are then uncompressed (``codec``).
     ``fs_listing_limit`` and ``fs_append_key_separator`` are mount settings (not Kafka's): the length
     of ``by-offset/`` listings, and the separator that splits ``key<sep>value`` lines written to
-    ``append`` (None: lines carry no key), as Kafka's console producer does with ``key.separator``.
+    ``append`` (None: lines carry no key), as Kafka's console producer does with ``key.separator``;
+    ``fs_isolation_level`` is what the mount's views show: every record (``read_uncommitted``, Kafka's
+    consumer default) or, as a ``read_committed`` consumer, no record of an aborted transaction and
+    nothing at or past the last stable offset.
     """
 
     segment_bytes: int = 1024**3
@@ -312,6 +322,7 @@ class LogConfig:
     delete_retention_ms: int = 86_400_000
     fs_listing_limit: int = 100_000
     fs_append_key_separator: str | None = None
+    fs_isolation_level: str = "read_uncommitted"
 
     def __post_init__(self) -> None:
         for field in _FIELDS:

@@ -13,9 +13,16 @@ offset: O`` line per entry for the offset checkpoints (``cleaner-offset-checkpoi
 ``replication-offset-checkpoint``) and ``epoch: E startOffset: O`` for a log's
 ``leader-epoch-checkpoint``. A malformed checkpoint is an error naming the file and the line (exit 1).
 
-Not supported: the key/value decoder classes and the offsets / transaction-log / cluster-metadata /
-remote-log-metadata / share-group-state decoders (``--print-data-log`` always decodes as UTF-8 text,
-Kafka's default StringDecoder).
+KRaft control records print as Kafka prints them: ``LeaderChange:``, ``SnapshotHeader``,
+``SnapshotFooter``, ``KRaftVersion`` and ``KRaftVoters`` followed by the message's JSON. With the
+cluster-metadata decoder (``DumpOptions.cluster_metadata_decoder``, kafka-dump-log.sh's
+``--cluster-metadata-decoder``; like Kafka it implies ``--print-data-log``) each record's payload is
+its metadata record as JSON (``seglogfs/metadata_records.py``); a value that does not decode prints
+Kafka's ``Error at <offset>, skipping. <why>`` in its place.
+
+Not supported: the key/value decoder classes and the offsets / transaction-log /
+remote-log-metadata / share-group-state decoders (``--print-data-log`` otherwise decodes as UTF-8
+text, Kafka's default StringDecoder).
 """
 
 from __future__ import annotations
@@ -50,6 +57,13 @@ from .log_files import (
     base_offset_from_name,
     sibling_path,
 )
+from .metadata_records import (
+    CONTROL_SCHEMAS,
+    MetadataDecodeError,
+    decode_control_record,
+    decode_metadata_record,
+    to_json,
+)
 from .records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
 from .regular_files import FileBuffer, non_regular_kind, open_readonly, require_regular_file
 
@@ -68,6 +82,14 @@ CONTROL_TYPES = {
     5: "KRAFT_VERSION",
     6: "KRAFT_VOTERS",
 }
+#: what Kafka prints before a KRaft control record's JSON (its LeaderChange label has the colon)
+CONTROL_JSON_LABELS = {
+    2: "LeaderChange:",
+    3: "SnapshotHeader",
+    4: "SnapshotFooter",
+    5: "KRaftVersion",
+    6: "KRaftVoters",
+}
 
 
 @dataclass
@@ -81,11 +103,17 @@ class DumpOptions:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     max_bytes: int = INT_MAX
     skip_record_metadata: bool = False
+    cluster_metadata_decoder: bool = False
+
+    @property
+    def prints_data(self) -> bool:
+        # Kafka: every decoder option implies --print-data-log
+        return self.print_data_log or self.cluster_metadata_decoder
 
     @property
     def is_deep(self) -> bool:
         # Kafka: --print-data-log implies deep iteration
-        return self.deep_iteration or self.print_data_log
+        return self.deep_iteration or self.prints_data
 
 
 @dataclass
@@ -164,10 +192,22 @@ def _control_suffix(record: DecodedRecord) -> str:
     if type_id in (0, 1) and len(value) >= 6:
         (epoch,) = struct.unpack_from(">i", value, 2)
         return f" endTxnMarker: {name} coordinatorEpoch: {epoch}"
-    # Kafka prints SNAPSHOT_HEADER / SNAPSHOT_FOOTER / KRAFT_VERSION / KRAFT_VOTERS as their JSON
-    # message form (" SnapshotHeader {...}" etc.); we do not decode those message schemas and fall
-    # back to the form Kafka uses for every other type, e.g. LEADER_CHANGE.
+    if type_id in CONTROL_SCHEMAS:
+        try:
+            message = decode_control_record(type_id, record.value)
+        except MetadataDecodeError as exc:
+            # Kafka would stop with an exception; we say what is wrong and go on
+            return f" controlType: {name}({type_id}) cannot be decoded at offset {record.offset}: {exc}"
+        return f" {CONTROL_JSON_LABELS[type_id]} {to_json(message)}"
     return f" controlType: {name}({type_id})"
+
+
+def _metadata_payload(record: DecodedRecord) -> str:
+    """``--cluster-metadata-decoder``'s payload: the record as JSON, or Kafka's error text."""
+    try:
+        return to_json(decode_metadata_record(record.value))
+    except MetadataDecodeError as exc:
+        return f"Error at {record.offset}, skipping. {exc}"
 
 
 def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions) -> str:
@@ -190,11 +230,14 @@ def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions
             parts.append(f" isValid: {str(record.is_valid).lower()} crc: {record.crc}}}")
         if header.is_control:
             parts.append(_control_suffix(record))
-    if options.print_data_log and not header.is_control:
-        if record.key is not None:
-            parts.append(f"{prefix}key: {_text(record.key)}")
-        if record.value is not None:
-            parts.append(f" payload: {_text(record.value)}")
+    if options.prints_data and not header.is_control:
+        if options.cluster_metadata_decoder:
+            parts.append(f" payload: {_metadata_payload(record)}")  # metadata records have no key
+        else:
+            if record.key is not None:
+                parts.append(f"{prefix}key: {_text(record.key)}")
+            if record.value is not None:
+                parts.append(f" payload: {_text(record.value)}")
     return "".join(parts)
 
 

@@ -43,6 +43,9 @@ from .log_segments import (
     new_segment,
     segment_index_for,
 )
+from .log_transactions import LogTransactions
+from .producer_state import end_txn_marker
+from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation, committed_batches
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -58,6 +61,7 @@ from .records import (
 from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
+from .transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 _UIDS = itertools.count(1)
@@ -97,6 +101,7 @@ class Log(SegmentRemoval):
         self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
         self._owner_lock: LogLock | None = None
         self._batch_cache = BatchCache()
+        self._transactions = LogTransactions(self.dir, read_only=read_only)
         self._closed = False
 
     # ================================================================== opening
@@ -134,13 +139,19 @@ class Log(SegmentRemoval):
         try:
             loader = LogLoader(directory, log_obj.config, read_only=read_only, clock=clock)
             loaded = loader.load(recovery_point, log_start_offset, clean_shutdown)
+            log_obj._set_segments(loaded.segments)
+            log_obj._next_offset = loaded.next_offset
+            log_obj._start_offset = loaded.log_start_offset
+            log_obj.recovery_point = loaded.recovery_point
+            log_obj._transactions.load(
+                loaded.segments, loaded.log_start_offset, loaded.next_offset,
+                recovered_from=loaded.recovered_from, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock),
+            )  # fmt: skip
         except BaseException:
+            for segment in log_obj._segments:
+                segment.close(trim=False)
             log_obj._release()
             raise
-        log_obj._set_segments(loaded.segments)
-        log_obj._next_offset = loaded.next_offset
-        log_obj._start_offset = loaded.log_start_offset
-        log_obj.recovery_point = loaded.recovery_point
         return log_obj
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -227,7 +238,17 @@ class Log(SegmentRemoval):
         return None
 
     def info(self) -> dict:
-        """What the mount's ``info`` file shows."""
+        """What the mount's ``info`` file shows. Read again when retention purged a segment while it
+        was being read (its descriptor closed under the read: EBADF, or its file gone: ENOENT)."""
+        while True:
+            removals = self._removals
+            try:
+                return self._info()
+            except OSError:
+                if self._removals == removals:
+                    raise
+
+    def _info(self) -> dict:
         return {
             "name": self.name,
             "topic": self.topic,
@@ -240,6 +261,7 @@ class Log(SegmentRemoval):
             "first_timestamp": self.first_timestamp,
             "last_timestamp": self.last_timestamp,
             "recovery_point": self.recovery_point,
+            "last_stable_offset": self.last_stable_offset,
             "read_only": self.read_only,
             "config": self.config.to_dict(),
         }
@@ -432,6 +454,7 @@ class Log(SegmentRemoval):
             self._dirty.discard(active)
             self._set_segments([*self._segments, new])
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
+            self._transactions.snapshot(new.base_offset)  # as Kafka: at every roll, at the new base
             return new
 
     # ================================================================== flushing
@@ -477,10 +500,21 @@ class Log(SegmentRemoval):
             i += 1
         raise OffsetOutOfRangeError(f"offset {offset} is not in log {self.name}")
 
-    def read(self, offset: int) -> Record:
+    def read(self, offset: int, *, isolation: Isolation = READ_UNCOMMITTED) -> Record:
         """The record at ``offset``. OffsetOutOfRangeError outside the log (or for a control record's
-        offset); CorruptRecordError when its batch is corrupt."""
+        offset; under ``read_committed`` also for a record of an aborted transaction or at or past the
+        last stable offset); CorruptRecordError when its batch is corrupt."""
         segment, header = self.lookup(offset)
+        if isolation == READ_COMMITTED:
+            if offset >= self.last_stable_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of log {self.name} is at or past its last stable offset "
+                    f"{self.last_stable_offset} (read_committed)"
+                )
+            if self.hidden_batch()(header):
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of log {self.name} is in an aborted transaction (read_committed)"
+                )
         try:
             return self._read_in(segment, header, offset)
         except CorruptRecordError:
@@ -529,14 +563,48 @@ class Log(SegmentRemoval):
         end_offset = self._next_offset if end is None else min(end, self._next_offset)
         return iter_checked_batches(self._segments, start, end_offset)
 
-    def iter_records(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
-        """User records with offsets in [start, end), in order (control records skipped)."""
+    def iter_records(
+        self, start: int | None = None, end: int | None = None, *, isolation: Isolation = READ_UNCOMMITTED
+    ) -> Iterator[Record]:
+        """User records with offsets in [start, end), in order (control records skipped). Under
+        ``read_committed`` as a Kafka consumer sees them: no record of an aborted transaction, nothing
+        at or past the last stable offset."""
         lo = self._start_offset if start is None else start
         hi = self._next_offset if end is None else end
-        for segment, header, data in self.iter_batches(lo, hi):
+        batches: Iterator[tuple[LogSegment, BatchHeader, bytes]] = self.iter_batches(lo, hi)
+        if isolation == READ_COMMITTED:
+            hi = min(hi, self.last_stable_offset)
+            batches = self._committed(self.iter_batches(lo, hi), lo, hi)
+        for segment, header, data in batches:
             for record in decode_batch(data, header.at(0), path=segment.log_path):
                 if lo <= record.offset < hi:
                     yield record
+
+    # ================================================================== transactions
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the end offset (Kafka's LSO)."""
+        return self._transactions.last_stable_offset(self._next_offset)
+
+    def hidden_batch(self) -> Callable[[BatchHeader], bool]:
+        """``hidden(header)``: True for a data batch of an aborted transaction, which a read_committed
+        reader never sees (what lies at or past :attr:`last_stable_offset` is the caller's to leave out)."""
+        return self._transactions.hides(self._segments, self._start_offset, self._next_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets [start, end), by first offset (from the
+        segments' ``.txnindex`` files)."""
+        return self._transactions.aborted(self._segments, start, end)
+
+    def _committed(
+        self, batches: Iterator[tuple[LogSegment, BatchHeader, bytes]], start: int, end: int
+    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
+        """The batches of [start, end) a read_committed reader sees (``end``: at most the LSO)."""
+        pairs = ((header, (segment, data)) for segment, header, data in batches)
+        aborted = self.aborted_transactions(start, end)
+        for header, (segment, data) in committed_batches(pairs, aborted, end, _marker_type):
+            yield segment, header, data
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``."""
@@ -564,6 +632,7 @@ class Log(SegmentRemoval):
                 return
             if not self.read_only:
                 self._flush_locked()
+                self._transactions.snapshot(self._next_offset)
             active = self._segments[-1]
             for segment in self._segments:
                 segment.close(trim=segment is active and not self.read_only)
@@ -580,3 +649,10 @@ class Log(SegmentRemoval):
 
     def __repr__(self) -> str:
         return f"Log({str(self.dir)!r}, start={self._start_offset}, end={self._next_offset})"
+
+
+def _marker_type(header: BatchHeader, payload: tuple[LogSegment, bytes]) -> int | None:
+    """The control type of a transaction marker batch (None for another control batch)."""
+    segment, data = payload
+    marker = end_txn_marker(header, data, path=segment.log_path)
+    return None if marker is None else int(marker.control_type)

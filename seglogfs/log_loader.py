@@ -33,6 +33,7 @@ from .log_files import (
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     base_offset_from_name,
     files_of_segment,
     offset_named_files,
@@ -57,6 +58,9 @@ class LoadedLog:
     next_offset: int  # the log end offset: after the last intact batch of the active segment
     log_start_offset: int
     recovery_point: int  # after a clean load or a recovery, everything up to the end offset is good
+    #: base offset of the first segment recovered batch by batch (its .txnindex and those after it
+    #: are rebuilt from the log), None when none was
+    recovered_from: int | None = None
 
 
 class LogLoader:
@@ -70,6 +74,7 @@ class LogLoader:
         self.config = config
         self.read_only = read_only
         self._clock = clock
+        self._recovered_from: int | None = None
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
         """Load the segments; after an unclean shutdown, recover those from ``recovery_point`` on."""
@@ -97,7 +102,7 @@ class LogLoader:
             self._grow_active_indexes(active)
         next_offset = max(next_offset, active.base_offset)
         start_offset = min(max(log_start_offset, segments[0].base_offset), next_offset)
-        return LoadedLog(segments, next_offset, start_offset, recovery_point=next_offset)
+        return LoadedLog(segments, next_offset, start_offset, next_offset, self._recovered_from)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
@@ -157,7 +162,7 @@ class LogLoader:
         named = {path: parse_offset_file_name(path.name) or (-1, "") for path in offset_named_files(self.dir)}
         logs = {offset for offset, suffix in named.values() if suffix == LOG_SUFFIX}
         for path, (offset, suffix) in named.items():
-            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and offset not in logs:
+            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and offset not in logs:
                 path.unlink(missing_ok=True)
 
     def _complete_swap(self, swap_log: Path) -> None:
@@ -214,6 +219,9 @@ class LogLoader:
         records): the damage stays in place, its offsets unreadable, and appends go after the last
         intact batch of the active segment."""
         link_segments(segments)  # each segment's offset limit: a witness for its last batch
+        if first < len(segments):
+            base = segments[first].base_offset
+            self._recovered_from = base if self._recovered_from is None else min(self._recovered_from, base)
         for segment in segments[first:]:
             truncated = segment.recover(cut_torn_tail=segment is segments[-1])
             if truncated:

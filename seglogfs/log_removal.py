@@ -14,6 +14,7 @@ from .batch_cache import BatchCache
 from .config import LogConfig
 from .log_files import DELETED_SUFFIX
 from .log_segments import clock_ms
+from .log_transactions import LogTransactions
 from .retention import deletable_segment_count
 from .segment import LogSegment
 from .segment_swap import replace_files, txn_index_path
@@ -39,6 +40,7 @@ class SegmentRemoval:
     _dirty: set[LogSegment]
     _pending_deletes: list[tuple[int, LogSegment, list[Path]]]
     _batch_cache: BatchCache
+    _transactions: LogTransactions
 
     if TYPE_CHECKING:
 
@@ -80,6 +82,10 @@ class SegmentRemoval:
         self._set_segments(kept)
         self._start_offset = max(self._start_offset, kept[0].base_offset)
         self._batch_cache.clear()
+        try:
+            self._transactions.forget_snapshots_below(kept[0].base_offset)
+        except OSError as exc:  # a snapshot left behind is harmless: the next load drops it
+            log.warning("%s: old producer snapshots not deleted: %s", self.name, exc)
         for _, segment, paths in pending:
             self._dirty.discard(segment)
             name = segment.log_path.name

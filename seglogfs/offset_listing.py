@@ -18,6 +18,7 @@ import numpy as np
 from .compression import Compression
 from .errors import CorruptRecordError
 from .log_segments import segment_index_for
+from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .records import BatchHeader, decode_batch_columns
 from .segment import LogSegment
 
@@ -31,11 +32,18 @@ _SEALED_COUNTS: weakref.WeakKeyDictionary[LogSegment, int] = weakref.WeakKeyDict
 _COUNTS_LOCK = threading.Lock()
 
 
-def existing_offsets(lg: Log, start: int | None = None, end: int | None = None) -> list[range]:
+def existing_offsets(
+    lg: Log, start: int | None = None, end: int | None = None, *, isolation: Isolation = READ_UNCOMMITTED
+) -> list[range]:
     """The offsets in [start, end) (default: the whole log) that hold a user record, as ascending,
-    disjoint, non-adjacent ranges."""
+    disjoint, non-adjacent ranges; under ``read_committed`` only those a read_committed reader sees
+    (none of an aborted transaction, none at or past the last stable offset)."""
     lo = lg.start_offset if start is None else max(start, lg.start_offset)
     hi = lg.end_offset if end is None else min(end, lg.end_offset)
+    hidden = None
+    if isolation == READ_COMMITTED:
+        hi = min(hi, lg.last_stable_offset)
+        hidden = lg.hidden_batch()
     runs: list[range] = []
     if lo >= hi:
         return runs
@@ -47,29 +55,31 @@ def existing_offsets(lg: Log, start: int | None = None, end: int | None = None) 
         for header in segment.iter_headers(position):
             if header.base_offset >= hi:
                 break
-            if header.last_offset < lo:
+            if header.last_offset < lo or (hidden is not None and hidden(header)):
                 continue
             for run in _batch_offsets(segment, header):
                 _add(runs, range(max(run.start, lo), min(run.stop, hi)))
     return runs
 
 
-def newest_offsets(lg: Log, limit: int) -> list[range]:
+def newest_offsets(lg: Log, limit: int, *, isolation: Isolation = READ_UNCOMMITTED) -> list[range]:
     """The newest ``limit`` offsets holding a user record, as :func:`existing_offsets` gives them.
 
     A log whose ``cleanup.policy`` has no ``compact`` is taken as gap-free (its control records'
-    offsets are listed: opening one is ENOENT), so this costs nothing there; a compacted log is walked
-    back from its end in windows that double until ``limit`` offsets are found."""
-    start, end = lg.start_offset, lg.end_offset
+    offsets are listed: opening one is ENOENT), so this costs nothing there; a compacted log, and any
+    log under ``read_committed`` (up to its last stable offset), is walked back from its end in
+    windows that double until ``limit`` offsets are found."""
+    committed = isolation == READ_COMMITTED
+    start, end = lg.start_offset, lg.last_stable_offset if committed else lg.end_offset
     if limit <= 0 or start >= end:
         return []
-    if "compact" not in lg.config.cleanup_policy:
+    if "compact" not in lg.config.cleanup_policy and not committed:
         return [range(max(start, end - limit), end)]
     runs: list[range] = []
     count, high, window = 0, end, limit
     while high > start and count < limit:
         low = max(start, high - window)
-        found = existing_offsets(lg, low, high)
+        found = existing_offsets(lg, low, high, isolation=isolation)
         runs[:0] = found
         count += sum(len(run) for run in found)
         high, window = low, window * 2

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from .checkpoint import atomic_write, fsync_dir
-from .errors import CorruptRecordError, SeglogError
+from .errors import CorruptRecordError, ReadOnlyLogError, SeglogError
 from .log_files import PRODUCER_SNAPSHOT_SUFFIX, parse_offset_file_name, segment_file_name
 from .records import BatchHeader, Compression, decode_batch_all, decode_record, records_area
 
@@ -207,10 +207,17 @@ class ProducerStateManager:
     """The producer state of one log, and its snapshots in ``directory`` (the log dir)."""
 
     def __init__(
-        self, directory: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        self,
+        directory: Path,
+        *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        read_only: bool = False,
     ) -> None:
+        """``read_only``: never write, rename or delete a file (a corrupt or out-of-range snapshot is
+        then skipped, and :meth:`take_snapshot` raises ReadOnlyLogError)."""
         self.directory = Path(directory)
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.read_only = read_only
         self._producers: dict[int, ProducerStateEntry] = {}
         # first offset -> producer id, ascending (Kafka's TreeMap of ongoing transactions)
         self._ongoing: dict[int, int] = {}
@@ -325,6 +332,8 @@ class ProducerStateManager:
     def take_snapshot(self) -> Path:
         """Write every producer (by id) to ``<map_end_offset>.snapshot``, crash-safe: a crash leaves
         the previous file or the new one, and at worst a temp file :meth:`load_latest` removes."""
+        if self.read_only:
+            raise ReadOnlyLogError(f"{self.directory} is open read-only: no producer snapshot written")
         path = self.directory / segment_file_name(self._map_end_offset, PRODUCER_SNAPSHOT_SUFFIX)
         atomic_write(path, snapshot_bytes(self._producers[pid] for pid in sorted(self._producers)))
         return path
@@ -334,6 +343,8 @@ class ProducerStateManager:
         self._delete_snapshots(lambda snap: snap < offset)
 
     def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        if self.read_only:
+            return
         deleted = False
         for offset, path in self._snapshot_files():
             if doomed(offset):
@@ -344,6 +355,8 @@ class ProducerStateManager:
 
     def _remove_temp_files(self) -> None:
         """Remove the temp files of snapshots a crash interrupted."""
+        if self.read_only:
+            return
         with os.scandir(self.directory) as entries:
             temps = [Path(e.path) for e in entries if _TEMP_NAME.fullmatch(e.name)]
         for temp in temps:
@@ -370,9 +383,14 @@ class ProducerStateManager:
         self._producers.clear()
         self._ongoing.clear()
         for offset, path in reversed(self._snapshot_files()):
+            if not log_start_offset <= offset <= log_end_offset:
+                continue  # out of range (kept by a read-only load)
             try:
                 entries = read_snapshot(path)
-            except CorruptSnapshotError as exc:
+            except (CorruptSnapshotError, OSError) as exc:  # OSError: ELOOP, a symlink planted there
+                if self.read_only or not isinstance(exc, CorruptSnapshotError):
+                    log.warning("%s; skipping it", exc)
+                    continue
                 log.warning("%s; deleting it", exc)
                 path.unlink(missing_ok=True)
                 fsync_dir(self.directory)

@@ -16,15 +16,31 @@ for their marker type.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, cast
 
 from .producer_state import ControlType
 from .records import BatchHeader
 
-__all__ = ["AbortedLike", "committed_batches"]
+__all__ = [
+    "READ_COMMITTED", "READ_UNCOMMITTED", "AbortedLike", "Isolation", "committed_batches", "hidden_batches",
+    "isolation_level",
+]
+
+#: Kafka's isolation.level values: every record (the consumer default), or only committed ones
+Isolation = Literal["read_uncommitted", "read_committed"]
+READ_UNCOMMITTED: Isolation = "read_uncommitted"
+READ_COMMITTED: Isolation = "read_committed"
+
+
+def isolation_level(value: str) -> Isolation:
+    """``value`` as an :data:`Isolation`; ValueError naming the accepted values otherwise."""
+    if value in (READ_UNCOMMITTED, READ_COMMITTED):
+        return cast(Isolation, value)
+    raise ValueError(f"isolation level {value!r}: must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
 
 Payload = TypeVar("Payload")
 
@@ -81,3 +97,26 @@ def committed_batches(
                 aborted_producers.discard(producer_id)
         elif not (header.is_transactional and header.producer_id in aborted_producers):
             yield item
+
+
+def hidden_batches(aborted: Iterable[AbortedLike]) -> Callable[[BatchHeader], bool]:
+    """``hidden(header)``: True for a transactional data batch of one of the ``aborted`` transactions
+    (its base offset in [first offset, marker offset] of an aborted transaction of its producer): the
+    consumer's walk, told without walking, for readers that jump into the middle of a log. What lies
+    at or past the last stable offset is the caller's to leave out."""
+    ranges: dict[int, tuple[list[int], list[int]]] = {}
+    for txn in sorted(aborted, key=attrgetter("first_offset")):
+        firsts, lasts = ranges.setdefault(txn.producer_id, ([], []))
+        firsts.append(txn.first_offset)
+        lasts.append(txn.last_offset)
+
+    def hidden(header: BatchHeader) -> bool:
+        if not ranges or not header.is_transactional or header.is_control:
+            return False
+        found = ranges.get(header.producer_id)
+        if found is None:
+            return False
+        i = bisect.bisect_right(found[0], header.base_offset) - 1
+        return i >= 0 and header.base_offset <= found[1][i]
+
+    return hidden

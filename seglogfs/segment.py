@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .errors import CorruptRecordError
 from .index import DEFAULT_MAX_INDEX_SIZE, AbstractIndex, OffsetIndex, TimeIndex
-from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
+from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .records import (
     HEADER_SIZE_UP_TO_MAGIC,
     V2_HEADER_SIZE,
@@ -33,6 +33,7 @@ from .records import (
 from .segment_lookup import SegmentLookup
 from .segment_recovery import SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
+from .transaction_index import TransactionIndex
 
 __all__ = ["Damage", "LogSegment", "next_offset_of_file", "pread_header", "random_roll_jitter"]
 
@@ -76,6 +77,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self.log_path = self.dir / (segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
         self.index_path = self.dir / (segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix)
         self.time_index_path = self.dir / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix)
+        #: the aborted transactions whose markers this segment holds (no file until the first one)
+        self.txn_index = TransactionIndex(
+            self.dir / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix), base_offset,
+            writable=writable,
+        )
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._open_flags = flags | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted symlink is ELOOP
         self._fd_value = -1
@@ -373,12 +379,14 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
+        self.txn_index.flush()
 
     def close(self, *, trim: bool = True) -> None:
         """Close the files; a writable segment first records its final time entry and trims its indexes."""
         if self.writable and trim:
             self.on_become_inactive()
         self.release_indexes()
+        self.txn_index.close()
         with self._lock:  # a reader duplicating the descriptor (open_reader_fd) sees it open or closed
             if self._fd_value >= 0:
                 os.close(self._fd_value)
@@ -392,12 +400,19 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         """
         renamed = []
         self.writable = False
+        self.txn_index.writable = False
         with self._lock:
             files = (
                 ("log_path", None),
                 ("index_path", self._offset_index),
                 ("time_index_path", self._time_index),
             )
+            txn_target = self.txn_index.path.with_name(self.txn_index.path.name + suffix)
+            if self.txn_index.path.exists():
+                self.txn_index.rename_to(txn_target)
+                renamed.append(txn_target)
+            else:
+                self.txn_index.path = txn_target
             for name, index in files:
                 path = getattr(self, name)
                 target = path.with_name(path.name + suffix)

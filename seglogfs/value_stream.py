@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log_segments import segment_index_for
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment
 from seglogfs.stream_format import VALUES, StreamFormat
@@ -112,10 +113,20 @@ class ValueStream:
     segments before it are never read, and a new reader starts there (not at the log start offset).
     """
 
-    def __init__(self, log: Log, *, first_offset: int | None = None, fmt: StreamFormat = VALUES) -> None:
+    def __init__(
+        self,
+        log: Log,
+        *,
+        first_offset: int | None = None,
+        fmt: StreamFormat = VALUES,
+        isolation: Isolation = READ_UNCOMMITTED,
+    ) -> None:
         self.log = log
         self.first_offset = first_offset
         self.fmt = fmt
+        self.isolation = isolation
+        # sealed-segment totals are shared by the streams of one format and isolation
+        self._totals_key = fmt.name if isolation == READ_UNCOMMITTED else f"{fmt.name} {isolation}"
         self._lock = threading.RLock()
         self._hole = 0  # stream bytes of segments retention deleted and that can no longer be read
         self._hole_next_offset: int | None = None  # the offset after the hole's last record
@@ -150,12 +161,21 @@ class ValueStream:
         segment = seg.segment
         end = segment.size  # only complete batches lie below it
         damaged: list[Damage] = []
+        committed = self.isolation == READ_COMMITTED
+        stable_end = self.log.last_stable_offset if committed else None
+        hidden = self.log.hidden_batch() if committed else None
+        stopped = False  # at the last stable offset: the next scan goes on from there
         fd = self._open(seg)
         try:
             for header, data in segment.iter_batches(
                 seg.scanned, end, fd=fd, sealed=seg.sealed, on_damage=damaged.append
             ):
+                if stable_end is not None and header.base_offset >= stable_end:
+                    stopped = True
+                    break
                 included = header.last_offset >= seg.min_offset
+                if hidden is not None and included:
+                    included = not hidden(header)
                 path = str(segment.log_path)
                 try:
                     nbytes = self.fmt.count(data, header.at(0), path, self.first_offset) if included else 0
@@ -179,15 +199,15 @@ class ValueStream:
             os.close(fd)
         if damaged:
             self._skipped(seg, damaged, segment.offset_limit, report=report)
-        if seg.sealed:
+        if seg.sealed and not stopped:
             seg.complete = True  # a torn or garbage tail of a sealed segment never completes
             if report and seg.whole and not seg.dropped:
                 total = SealedTotal(seg.nbytes, seg.scanned, seg.next_offset)
-                remember_sealed_total(segment, self.fmt.name, total)
+                remember_sealed_total(segment, self._totals_key, total)
 
     def _adopt_total(self, seg: _Segment) -> bool:
         """Take ``seg``'s counts from another stream's whole scan; False when there is none."""
-        total = sealed_total(seg.segment, self.fmt.name)
+        total = sealed_total(seg.segment, self._totals_key)
         if total is None:
             return False
         seg.nbytes, seg.scanned, seg.next_offset = total.nbytes, total.scanned, total.next_offset

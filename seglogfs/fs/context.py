@@ -44,8 +44,8 @@ class MountContext:
         self.started_ns = time.time_ns()
         #: every stream view of every log (records, records.jsonl, from/<n>...)
         self.views = StreamViews()
-        #: (the log's uid, offset) -> (the log's removals when read, record)
-        self._records: OrderedDict[tuple[int, int], tuple[int, Record]] = OrderedDict()
+        #: (the log's uid, offset, isolation level) -> (the log's removals when read, record)
+        self._records: OrderedDict[tuple[int, int, str], tuple[int, Record]] = OrderedDict()
         self._records_bytes = 0
         self._records_lock = threading.Lock()
 
@@ -86,7 +86,8 @@ class MountContext:
         offset read it once, and so do opens of files read again. A record is kept with the log's
         :attr:`~seglogfs.log.Log.removals` and served only while it stays the same: once retention or
         compaction removed segments, every record is read again (the cleaned offset is then ENOENT)."""
-        key = (lg.uid, offset)
+        isolation = lg.config.fs_isolation_level  # validated by LogConfig
+        key = (lg.uid, offset, isolation)
         while True:
             removals = lg.removals
             with self._records_lock:
@@ -95,7 +96,7 @@ class MountContext:
                     self._records.move_to_end(key)
                     return cached[1]
             try:
-                record = lg.read(offset)
+                record = lg.read(offset, isolation=isolation)  # type: ignore[arg-type]
             except Exception:
                 if lg.removals == removals:
                     raise

@@ -136,7 +136,7 @@ class ByOffsetDir(Listing):
 
     def readdir(self, node: Node) -> list[DirEntry]:
         lg = self.ctx.log(node)
-        runs = newest_offsets(lg, lg.config.fs_listing_limit)
+        runs = newest_offsets(lg, lg.config.fs_listing_limit, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
         return [*_DOTS, *((str(n), stat.S_IFREG, 0) for run in runs for n in run)]
 
 

@@ -2,7 +2,8 @@
 :class:`ValueStream` per log, format and first offset, shared by the getattr and the opens of a path
 (so the size the kernel was told and the bytes a reader gets come from the same positions).
 
-``records`` is the whole-log stream in the values format. The whole-log streams stay for as long as
+``records`` is the whole-log stream in the values format. Each log's ``fs.isolation.level`` chooses
+what its streams show (a change of it makes new streams). The whole-log streams stay for as long as
 their log, the ``from/<n>`` ones in a small LRU: a stream dropped from it stays alive for the readers
 that hold it, and a new one gives the same positions (they count from record n).
 """
@@ -13,13 +14,14 @@ import threading
 from collections import OrderedDict
 
 from seglogfs.log import Log
+from seglogfs.read_committed import isolation_level
 from seglogfs.stream_format import StreamFormat
 from seglogfs.value_stream import ValueStream
 
 #: ``from/<n>`` streams kept (each holds a batch table per segment it has read)
 FROM_STREAMS_KEPT = 64
 
-_Key = tuple[str, int | None, str]
+_Key = tuple[str, int | None, str, str]  # log name, first offset, format, isolation level
 
 
 class StreamViews:
@@ -33,11 +35,13 @@ class StreamViews:
     def stream(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> ValueStream:
         """The stream of ``lg`` in ``fmt`` from ``first_offset`` (None: from the log start, kept for
         as long as the log is)."""
-        key = (lg.name, first_offset, fmt.name)
+        isolation = isolation_level(lg.config.fs_isolation_level)
+        key = (lg.name, first_offset, fmt.name, isolation)
         with self._lock:
             stream = self._streams.get(key)
             if stream is None or stream.log is not lg:
-                stream = self._streams[key] = ValueStream(lg, first_offset=first_offset, fmt=fmt)
+                stream = ValueStream(lg, first_offset=first_offset, fmt=fmt, isolation=isolation)
+                self._streams[key] = stream
             self._streams.move_to_end(key)
             if len(self._streams) > self._kept:
                 self._evict()
@@ -46,7 +50,8 @@ class StreamViews:
     def open_stream(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> ValueStream | None:
         """The kept stream of ``lg`` in ``fmt`` from ``first_offset`` if a reader has it open, else None."""
         with self._lock:
-            stream = self._streams.get((lg.name, first_offset, fmt.name))
+            key = (lg.name, first_offset, fmt.name, lg.config.fs_isolation_level)
+            stream = self._streams.get(key)
             return stream if stream is not None and stream.log is lg and stream.readers else None
 
     def rebases(self, name: str) -> int:

@@ -3,6 +3,7 @@
     seglogfs spark export PATH --output DIR [--logs a,b] [--topics t] [--start-time T] [--end-time T]
                           [--starting-offsets JSON] [--ending-offsets JSON] [--include-headers]
                           [--min-partitions N] [--mode errorifexists|overwrite|append]
+                          [--isolation read_uncommitted|read_committed]
                           [--no-fail-on-data-loss] [--master URL]
     seglogfs spark verify PATH... [--master URL] [--parallelism N]
 
@@ -168,6 +169,7 @@ def run_export(args: argparse.Namespace) -> int:
             ("startingOffsets", args.starting_offsets),
             ("endingOffsets", args.ending_offsets),
             ("minPartitions", args.min_partitions),
+            ("kafka.isolation.level", args.isolation),
         ):
             if value is not None:
                 reader = reader.option(option, str(value))
@@ -287,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-fail-on-data-loss",
         action="store_true",
         help="skip (with a warning) records removed by retention or corrupt",
+    )
+    exp.add_argument(
+        "--isolation",
+        choices=["read_uncommitted", "read_committed"],
+        help="read_committed: leave out aborted transactions and stop at the last stable offset "
+        "(Kafka's isolation.level; default read_uncommitted)",
     )
     exp.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     exp.set_defaults(func=run_export)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seglogfs.read_committed import READ_UNCOMMITTED, Isolation, isolation_level
 from seglogfs.timestamps import parse_iso8601_ms
 
 EARLIEST = -2
@@ -27,6 +28,10 @@ LATEST = -1
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+
+
+#: Spark's Kafka source option (lower-cased, as Spark hands options over)
+ISOLATION_OPTION = "kafka.isolation.level"
 
 
 class OptionError(ValueError):
@@ -72,6 +77,15 @@ def parse_timestamp_ms(options: Mapping[str, str], key: str) -> int | None:
         return parse_iso8601_ms(text)
     except ValueError:
         raise OptionError(f"option {key}={raw!r}: expected epoch milliseconds or ISO-8601") from None
+
+
+def parse_isolation(options: Mapping[str, str]) -> Isolation:
+    """``kafka.isolation.level`` (Spark's Kafka source passes it to its consumer): read_uncommitted
+    (the default) or read_committed."""
+    try:
+        return isolation_level(str(options.get(ISOLATION_OPTION, READ_UNCOMMITTED)))
+    except ValueError as exc:
+        raise OptionError(f"option {ISOLATION_OPTION}: {exc}") from None
 
 
 def parse_name_list(options: Mapping[str, str], key: str) -> list[str] | None:
@@ -169,6 +183,7 @@ class ReadOptions:
     topics: list[str] | None = None
     max_batch_rows: int = 65_536
     push_filters: bool = False
+    isolation: Isolation = READ_UNCOMMITTED
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -185,6 +200,7 @@ class ReadOptions:
             topics=parse_name_list(lowered, "topics") or parse_name_list(lowered, "subscribe"),
             max_batch_rows=parse_int(lowered, "maxbatchrows", 65_536, minimum=1) or 65_536,
             push_filters=parse_bool(lowered, "pushfilters", False),
+            isolation=parse_isolation(lowered),
         )
 
 

@@ -29,6 +29,7 @@ from seglogfs.checkpoint import read_offset_checkpoint_or_empty
 from seglogfs.errors import CorruptRecordError, TimestampNotFoundError
 from seglogfs.log import Log
 from seglogfs.log_files import LOG_START_OFFSET_CHECKPOINT, find_log_dirs, parse_log_dir_name
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.segment import LogSegment
 
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions, parse_offsets
@@ -60,7 +61,8 @@ class LogRef:
     segments: tuple[SegmentRef, ...]
 
     @classmethod
-    def of(cls, lg: Log) -> LogRef:
+    def of(cls, lg: Log, isolation: Isolation = READ_UNCOMMITTED) -> LogRef:
+        """``end_offset``: how far ``isolation`` lets a reader go (the LSO under read_committed)."""
         segments = lg.segments
         refs = tuple(
             SegmentRef(
@@ -71,7 +73,14 @@ class LogRef:
             )
             for i, s in enumerate(segments)
         )
-        return cls(lg.name, lg.topic, lg.partition, str(lg.dir), lg.start_offset, lg.end_offset, refs)
+        end = readable_end(lg, isolation)
+        return cls(lg.name, lg.topic, lg.partition, str(lg.dir), lg.start_offset, end, refs)
+
+
+def readable_end(lg: Log, isolation: Isolation) -> int:
+    """The end of what a reader with ``isolation`` sees: the log end, or under read_committed the last
+    stable offset (Kafka's consumer: endOffsets and "latest" are the LSO)."""
+    return lg.last_stable_offset if isolation == READ_COMMITTED else lg.end_offset
 
 
 # ------------------------------------------------------------------------------------- discovery
@@ -122,10 +131,10 @@ def open_logs(dirs: Sequence[Path]) -> Iterator[list[Log]]:
             lg.close()
 
 
-def snapshot_all(dirs: Sequence[Path]) -> list[LogRef]:
+def snapshot_all(dirs: Sequence[Path], isolation: Isolation = READ_UNCOMMITTED) -> list[LogRef]:
     """Snapshots (bounds and segments) of several logs, now."""
     with open_logs(dirs) as logs:
-        return [LogRef.of(lg) for lg in logs]
+        return [LogRef.of(lg, isolation) for lg in logs]
 
 
 def offset_for_timestamp(lg: Log, timestamp_ms: int) -> int | None:
@@ -145,11 +154,11 @@ def offset_for_timestamp(lg: Log, timestamp_ms: int) -> int | None:
 # ------------------------------------------------------------------------------------ bounds
 
 
-def _resolve_bound(lg: Log, value: int) -> int:
+def _resolve_bound(lg: Log, value: int, log_end: int) -> int:
     if value == EARLIEST:
         return lg.start_offset
     if value == LATEST:
-        return lg.end_offset
+        return log_end
     return value
 
 
@@ -162,7 +171,7 @@ def resolve_range(
     strategy: str = "error",
 ) -> tuple[int, int]:
     """``[start, end)`` of one log for a batch read, with Kafka's rules and data-loss handling."""
-    log_start, log_end = lg.start_offset, lg.end_offset
+    log_start, log_end = lg.start_offset, readable_end(lg, opts.isolation)
     if opts.starting_timestamp is not None:
         found = offset_for_timestamp(lg, opts.starting_timestamp)
         if found is not None:
@@ -176,12 +185,12 @@ def resolve_range(
                     "it (set startingOffsetsByTimestampStrategy=latest to start at its end instead)"
                 ) from None
     else:
-        start = _resolve_bound(lg, starting.for_log(lg.name))
+        start = _resolve_bound(lg, starting.for_log(lg.name), log_end)
     if opts.ending_timestamp is not None:
         found = offset_for_timestamp(lg, opts.ending_timestamp)
         end = log_end if found is None else found
     else:
-        end = _resolve_bound(lg, ending.for_log(lg.name))
+        end = _resolve_bound(lg, ending.for_log(lg.name), log_end)
     if start < log_start:
         report_data_loss(
             f"log {lg.name}: starting offset {start} is before the log start offset {log_start}",
@@ -203,8 +212,12 @@ def resolve_range(
 # ------------------------------------------------------------------------------------ slicing
 
 
-def slices_for_range(lg: Log, start: int, end: int) -> list[SegmentSlice]:
-    """One slice per segment overlapping ``[start, end)``, starting at the batch that holds ``start``."""
+def slices_for_range(
+    lg: Log, start: int, end: int, isolation: Isolation = READ_UNCOMMITTED
+) -> list[SegmentSlice]:
+    """One slice per segment overlapping ``[start, end)``, starting at the batch that holds ``start``;
+    under read_committed each carries the aborted transactions overlapping it (``end``: at most the
+    last stable offset, :func:`readable_end`)."""
     out = []
     segments = lg.segments
     for i, seg in enumerate(segments):
@@ -229,9 +242,19 @@ def slices_for_range(lg: Log, start: int, end: int) -> list[SegmentSlice]:
                 seg.size,
                 lo,
                 hi,
+                aborted_overlapping(lg, lo, hi) if isolation == READ_COMMITTED else (),
             )
         )
     return out
+
+
+def aborted_overlapping(lg: Log, start: int, end: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The aborted transactions overlapping ``[start, end)`` as picklable tuples (producer id, first
+    offset, last offset, last stable offset) for a read task."""
+    return tuple(
+        (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+        for t in lg.aborted_transactions(start, end)
+    )
 
 
 def _split(task: SegmentSlice, parts: int, seg: LogSegment) -> list[SegmentSlice]:
@@ -324,5 +347,5 @@ def plan_batch(
             ranges[lg.name] = (start, end)
             start = start if lo is None else max(start, lo)
             end = end if hi is None else min(end, hi)
-            tasks.extend(slices_for_range(lg, start, end))
+            tasks.extend(slices_for_range(lg, start, end, opts.isolation))
         return BatchPlan(split_for_min_partitions(logs, tasks, opts.min_partitions), ranges)

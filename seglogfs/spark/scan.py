@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from seglogfs.errors import CorruptRecordError
+from seglogfs.read_committed import hidden_batches
 from seglogfs.records import RecordColumns, decode_batch_columns, validate_batch
 from seglogfs.segment import Damage, LogSegment
+from seglogfs.transaction_index import AbortedTxn
 
 from .arrow import BatchBuilder
 
@@ -52,6 +54,9 @@ class SegmentSlice(InputPartition):
     end_position: int
     start_offset: int
     end_offset: int
+    #: read_committed: the aborted transactions overlapping the slice (producer id, first offset, last
+    #: offset, last stable offset); their batches are skipped
+    aborted: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
     def records_hint(self) -> int:
@@ -111,8 +116,9 @@ def _slice_columns(
     batches = segment.iter_batches(
         task.position, task.end_position, fd=fd, sealed=True, on_damage=None if fail_on_data_loss else skip
     )
+    hidden = hidden_batches(AbortedTxn(*txn) for txn in task.aborted) if task.aborted else None
     for header, data in batches:
-        if header.last_offset < task.start_offset:
+        if header.last_offset < task.start_offset or (hidden is not None and hidden(header)):
             continue
         # A legacy compressed wrapper carries its *last* offset: only v2 stops early.
         if header.base_offset >= task.end_offset and header.magic >= 2:

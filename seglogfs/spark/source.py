@@ -18,6 +18,8 @@ Read options (all optional but ``path``):
 ``pushFilters``                    ``true``: use ``offset`` / ``timestamp`` filters to prune tasks
                                    (needs ``spark.sql.python.filterPushdown.enabled``; see README)
 ``maxBatchRows``                   rows per Arrow batch handed to Spark (default 65536)
+``kafka.isolation.level``          ``read_uncommitted`` (default) or ``read_committed``: no row of an
+                                   aborted transaction; ``latest`` is the last stable offset
 =================================  =========================================================
 
 Offsets JSON: ``{"<topic>": {"<partition>": n}}`` or ``{"<log name>": n}``; -2 = earliest,

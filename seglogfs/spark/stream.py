@@ -29,6 +29,7 @@ from .planning import (
     log_names_by_topic,
     offset_for_timestamp,
     open_logs,
+    readable_end,
     select_log_dirs,
     slices_for_range,
     snapshot_all,
@@ -73,7 +74,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(start offset, end offset) of every selected log, now."""
         return {
             ref.name: (ref.start_offset, ref.end_offset)
-            for ref in snapshot_all(select_log_dirs(self.path, self.opts))
+            for ref in snapshot_all(select_log_dirs(self.path, self.opts), self.opts.isolation)
         }
 
     def initialOffset(self) -> dict:
@@ -82,15 +83,16 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = {}
         with open_logs(dirs) as logs:
             for lg in logs:
+                log_end = readable_end(lg, self.opts.isolation)
                 if self.opts.starting_timestamp is not None:
                     found = offset_for_timestamp(lg, self.opts.starting_timestamp)
-                    offsets[lg.name] = lg.end_offset if found is None else found
+                    offsets[lg.name] = log_end if found is None else found
                     continue
                 value = spec.for_log(lg.name)
                 if value == EARLIEST:
                     value = lg.start_offset
                 elif value == LATEST:
-                    value = lg.end_offset
+                    value = log_end
                 offsets[lg.name] = value
         return offsets
 
@@ -135,7 +137,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open_logs(dirs) as logs:
             for lg in logs:
                 name = lg.name
-                log_start, log_end = lg.start_offset, lg.end_offset
+                log_start, log_end = lg.start_offset, readable_end(lg, self.opts.isolation)
                 lo = start.get(name, log_start)
                 hi = end[name]
                 if lo >= hi:
@@ -153,7 +155,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.opts.fail_on_data_loss,
                     )
                     hi = log_end
-                tasks.extend(slices_for_range(lg, lo, hi))
+                tasks.extend(slices_for_range(lg, lo, hi, self.opts.isolation))
             return list(split_for_min_partitions(logs, tasks, self.opts.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

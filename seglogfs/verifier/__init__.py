@@ -3,7 +3,8 @@
 An engine service: ``seglogfs verify`` (:mod:`seglogfs.verify`, the command line) and the Spark
 ``verify`` job (:mod:`seglogfs.spark.jobs`, one task per log) both call :func:`verify_paths`. Modules:
 :mod:`.report` (findings and totals), :mod:`.segments` (finding segments, the ``.log`` scan, log dirs),
-:mod:`.indexes` (``.index`` / ``.timeindex`` against the batches).
+:mod:`.indexes` (``.index`` / ``.timeindex`` against the batches), :mod:`.transactions` (producer
+state replayed over the batches, against ``.txnindex`` and ``.snapshot`` files).
 
 A segment is sound when:
 
@@ -21,7 +22,10 @@ A segment is sound when:
   (Kafka writes it on roll, and retention reads it);
 * the index files exist, pass Kafka's sanity check, and are trimmed unless the segment is the active
   (last) one, which a running writer keeps preallocated;
-* producer snapshots have a valid CRC-32C;
+* transactions: each segment's ``.txnindex`` holds exactly the aborted transactions whose markers it
+  holds (with Kafka's last stable offsets); snapshots parse and equal the producer state replayed from
+  the log; COMMIT/ABORT markers are transactional with a producer id; a batch with a fenced (lower)
+  epoch is a warning;
 * every log dir still has its ``.log`` files.
 
 Every finding names the file and the byte position in it. Findings are damage (records unreadable,

@@ -21,11 +21,13 @@ class Problem:
     path: Path
     position: int | None
     message: str
-    note: bool = False  # recovery repairs it without loss: not damage
+    note: bool = False  # not damage: recovery repairs it without loss, or (``warning``) it is suspect
+    warning: bool = False  # readable but suspect (a fenced producer's write); also a note
 
     def __str__(self) -> str:
         where = f"{self.path}: position {self.position}" if self.position is not None else str(self.path)
-        return f"{where}: {'note: ' if self.note else ''}{self.message}"
+        label = "warning: " if self.warning else "note: " if self.note else ""
+        return f"{where}: {label}{self.message}"
 
 
 @dataclass
@@ -40,7 +42,8 @@ class VerifyReport:
     index_entries: int = 0  # .index entries in use
     time_index_entries: int = 0  # .timeindex entries in use
     problems: list[Problem] = field(default_factory=list)  # damage
-    notes: list[Problem] = field(default_factory=list)  # repaired by recovery without loss
+    # not damage: repaired by recovery without loss, and warnings (exit 0, or 1 with --strict)
+    notes: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -50,6 +53,16 @@ class VerifyReport:
     def note(self, path: Path, position: int | None, message: str) -> None:
         """Record a condition that recovery repairs without loss."""
         self.notes.append(Problem(path, position, message, note=True))
+
+    def warn(self, path: Path, position: int | None, message: str) -> None:
+        """Record something readable but suspect, that recovery leaves as it is (a fenced producer's
+        write: a broker replaying the log warns and applies it). Kept with the notes: not damage."""
+        self.notes.append(Problem(path, position, message, note=True, warning=True))
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """The notes that are warnings."""
+        return [p for p in self.notes if p.warning]
 
 
 class VerifyProgress(Protocol):

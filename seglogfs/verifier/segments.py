@@ -7,15 +7,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from crc32c import crc32c
 
 from seglogfs.errors import CorruptRecordError
 from seglogfs.log_files import (
     INDEX_SUFFIX,
     LOG_DIR_FILES,
     LOG_SUFFIX,
-    PRODUCER_SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     is_kafka_special_dir,
     is_segment_file_name,
     parse_offset_file_name,
@@ -26,6 +25,7 @@ from seglogfs.regular_files import non_regular_kind, open_readonly
 
 from .indexes import check_offset_index, check_time_index
 from .report import BatchTable, Problem, VerifyProgress, VerifyReport
+from .transactions import TransactionCheck
 
 #: the files a segment is checked through (a path naming any of them checks the whole segment)
 _CHECKED_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -103,14 +103,17 @@ def _bare(exc: CorruptRecordError) -> str:
 
 def _check_batch(
     buf: bytes, header: BatchHeader, log_path: Path, next_offset: int, report: VerifyReport, decode: bool
-) -> None:
-    """One batch: its CRC (then its record count, or its records with ``decode``) and its offsets."""
+) -> bool:
+    """One batch: its CRC (then its record count, or its records with ``decode``) and its offsets;
+    whether the CRC matched."""
     problems = report.problems
     try:
         validate_batch(buf, header, path=log_path)
     except CorruptRecordError as exc:
         problems.append(Problem(log_path, header.position, f"corrupt batch: {_bare(exc)}"))
+        crc_valid = False
     else:
+        crc_valid = True
         if header.is_control:
             pass
         elif not decode:
@@ -143,6 +146,7 @@ def _check_batch(
         )
     if header.last_offset < header.base_offset:
         problems.append(Problem(log_path, header.position, f"lastOffset {header.last_offset} < baseOffset"))
+    return crc_valid
 
 
 def _check_record_offsets(
@@ -170,9 +174,10 @@ def _scan_log(
     report: VerifyReport,
     progress: VerifyProgress | None,
     decode_records: bool = False,
+    transactions: TransactionCheck | None = None,
 ) -> tuple[BatchTable, int]:
-    """CRC-check every batch (and decode its records with ``decode_records``); returns the batch
-    table and the file size."""
+    """CRC-check every batch (and decode its records with ``decode_records``), feeding each sound one
+    to ``transactions``; returns the batch table and the file size."""
     batches = BatchTable()
     with open_readonly(log_path) as buf:
         size = len(buf)
@@ -180,7 +185,9 @@ def _scan_log(
         next_offset = base_offset
         try:
             for header in iter_batch_headers(buf, path=log_path):
-                _check_batch(buf, header, log_path, next_offset, report, decode_records)
+                sound = _check_batch(buf, header, log_path, next_offset, report, decode_records)
+                if sound and transactions is not None and header.base_offset >= next_offset:
+                    transactions.batch(buf, header, log_path)
                 next_offset = max(next_offset, header.last_offset + 1)
                 batches.add(header)
                 valid_end = header.position + header.size
@@ -218,17 +225,26 @@ def verify_segment(
     report: VerifyReport,
     progress: VerifyProgress | None = None,
     decode_records: bool = False,
+    transactions: TransactionCheck | None = None,
 ) -> int:
-    """Check one segment (.log with its .index and .timeindex), adding problems to ``report``.
+    """Check one segment (.log with its .index, .timeindex and .txnindex), adding problems to ``report``.
 
     ``active``: the log's last segment, whose indexes a running writer keeps preallocated.
     ``decode_records`` also decodes every record of every CRC-valid batch (slower; the CRC already
     covers the bytes, this catches a producer's malformed records). Returns the segment's next
-    offset (last batch's lastOffset + 1, or its base when empty).
+    offset (last batch's lastOffset + 1, or its base when empty). ``transactions``: the log's
+    transaction checks, fed the segment's batches (by default, checks of this segment alone).
     """
     report.segments += 1
     base = _offset(log_path)
-    batches, size = _scan_log(log_path, base, report, progress, decode_records)
+    if transactions is None:
+        transactions = TransactionCheck(log_path.parent, report, snapshots=False)
+    try:
+        batches, size = _scan_log(log_path, base, report, progress, decode_records, transactions)
+    except OSError:
+        transactions.lose_track()
+        raise
+    transactions.end_segment(log_path, base)
     next_offset = batches.last_offsets[-1] + 1 if batches.last_offsets else base
     for suffix, check in ((INDEX_SUFFIX, check_offset_index), (TIME_INDEX_SUFFIX, check_time_index)):
         path = log_path.parent / sibling_path(log_path, suffix).name
@@ -250,17 +266,14 @@ def verify_segment(
 
 
 def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> None:
-    """Segment-level checks of one log dir: segment files that are not regular files, orphan indexes,
-    producer snapshots."""
-    irregular = set()
+    """Segment-level checks of one log dir: segment files that are not regular files, orphan indexes."""
     entries = sorted(log_dir.iterdir())
     for entry in entries:
         if is_segment_file_name(entry.name) and (kind := non_regular_kind(entry)) is not None:
             report.problems.append(_not_regular(entry, kind))
-            irregular.add(entry)
     log_names = {p.name for p in logs}
     first_base = min((_offset(p) for p in logs), default=0)
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         for p in entries:
             if not is_segment_file_name(p.name, (suffix,)):
                 continue
@@ -273,12 +286,6 @@ def _check_log_dir(log_dir: Path, logs: list[Path], report: VerifyReport) -> Non
                 report.problems.append(
                     Problem(p, None, "index without a .log: that segment's records are gone")
                 )
-    for snap in sorted(log_dir.glob("*" + PRODUCER_SNAPSHOT_SUFFIX)):
-        if snap in irregular:
-            continue
-        data = snap.read_bytes()
-        if len(data) < 10 or int.from_bytes(data[2:6], "big") != crc32c(data[6:]):
-            report.problems.append(Problem(snap, 2, "producer snapshot CRC-32C does not match"))
 
 
 def _verify_log(
@@ -290,6 +297,7 @@ def _verify_log(
     all_logs = _segment_logs(log_dir)
     active = all_logs[-1] if all_logs else None
     prev: tuple[Path, int] | None = None
+    transactions = TransactionCheck(log_dir, report, log_start=_offset(all_logs[0]) if all_logs else 0)
     for log_path in group:
         if progress is not None:
             progress.start_file(f"{log_dir.name}/{log_path.name}")
@@ -303,6 +311,7 @@ def _verify_log(
                 report=report,
                 progress=progress,
                 decode_records=decode_records,
+                transactions=transactions,
             )
         except OSError as exc:
             report.problems.append(Problem(log_path, None, f"cannot read: {exc}"))
@@ -318,6 +327,7 @@ def _verify_log(
             )
         prev = (log_path, next_offset)
     _check_log_dir(log_dir, group, report)
+    transactions.finish()
 
 
 def verify_paths(

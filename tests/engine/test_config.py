@@ -108,6 +108,7 @@ def test_kafka_defaults() -> None:
         "delete.retention.ms": DAY_MS,
         "fs.listing.limit": 100000,
         "fs.append.key.separator": None,
+        "fs.isolation.level": "read_uncommitted",
     }
     assert c.codec == "none"
     assert not c.log_append_time
@@ -374,3 +375,11 @@ def test_broker_cleaner_keys_are_skipped_in_defaults_and_refused_per_log() -> No
         LogConfig.from_mapping(mixed, broker_names=False)
     assert info.value.key == "log.cleaner.threads"
     assert "belongs in defaults" in info.value.reason
+
+
+def test_fs_isolation_level_takes_kafkas_two_values() -> None:
+    committed = LogConfig.from_mapping({"fs.isolation.level": "read_committed"})
+    assert committed.fs_isolation_level == "read_committed"
+    with pytest.raises(ConfigError) as info:
+        LogConfig.from_mapping({"fs.isolation.level": "committed"})
+    assert info.value.key == "fs.isolation.level" and "read_committed" in info.value.reason

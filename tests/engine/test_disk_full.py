@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from support.mount_fixture import Seglogd, require_root_mounts, seglogd  # noqa: F401  (fixture)
 
+from seglogfs.config import LogConfig
 from seglogfs.index import OffsetIndex, TimeIndex
 from seglogfs.log import Log
 from seglogfs.records import encode_values
@@ -500,3 +501,26 @@ def test_index_space_is_allocated_when_created_grown_or_reset(tmp_path: Path) ->
     index.append(5, 100)  # the first store allocates the whole file first
     assert allocated(found) >= 80_000
     index.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_log_opens_on_a_full_disk_without_its_producer_snapshots(tmp_path: Path, clean: bool) -> None:
+    """The full suite found it: the snapshots written at open (and at roll) hit ENOSPC, and the log went
+    offline. A snapshot only spares a later replay: on a full disk it is skipped with a warning."""
+    with small_tmpfs(tmp_path / "disk") as disk:
+        directory = disk / "data" / "t-0"
+        cfg = LogConfig.from_mapping({"segment.index.bytes": 4096})
+        with Log.open(directory, cfg, create=True) as lg:
+            lg.append_values([b"v" * 100] * 10)
+            lg.roll()
+            lg.append_values([b"w" * 100] * 10)
+        for snapshot in directory.glob("*.snapshot"):
+            snapshot.unlink()
+        filler = Filler(disk / "filler")
+        filler.fill()
+        try:
+            with Log.open(directory, cfg, clean_shutdown=clean) as lg:  # no snapshot to load: writes some
+                assert lg.end_offset == 20 and lg.last_stable_offset == 20
+                assert not list(directory.glob("*.snapshot"))
+        finally:
+            os.close(filler.fd)

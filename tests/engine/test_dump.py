@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import os
 import shutil
 import struct
@@ -104,6 +105,8 @@ def expected_log_lines(path: Path, deep: bool, print_data: bool) -> list[str]:
                     if ctype in (0, 1):
                         epoch = struct.unpack_from(">i", rec.value, 2)[0]
                         line += f" endTxnMarker: {CONTROL_NAMES[ctype]} coordinatorEpoch: {epoch}"
+                    elif ctype == 2:  # Kafka prints a KRaft LeaderChange as its JSON message
+                        line += f" LeaderChange: {leader_change_json(bytes(rec.value))}"
                     else:
                         line += f" controlType: {CONTROL_NAMES.get(ctype, '?')}({ctype})"
                 elif print_data:
@@ -116,6 +119,19 @@ def expected_log_lines(path: Path, deep: bool, print_data: bool) -> list[str]:
     if position < len(data):
         lines.append(f"Found {len(data) - position} invalid bytes at the end of {path.name}")
     return lines
+
+
+def leader_change_json(value: bytes) -> str:
+    """LeaderChangeMessage v0: int16 version, int32 leaderId, then Voters and GrantingVoters, each a
+    compact array (length + 1) of {int32 voterId, no tagged fields}."""
+    version, leader = struct.unpack_from(">hi", value)
+    pos, lists = 6, []
+    for _ in range(2):
+        count, pos = value[pos] - 1, pos + 1
+        ids = [struct.unpack_from(">i", value, pos + 5 * i)[0] for i in range(count)]
+        pos += 5 * count
+        lists.append(",".join(f'{{"voterId":{i}}}' for i in ids))
+    return f'{{"version":{version},"leaderId":{leader},"voters":[{lists[0]}],"grantingVoters":[{lists[1]}]}}'
 
 
 def expected_index_lines(path: Path) -> list[str]:
@@ -158,7 +174,7 @@ def test_real_cluster_metadata_control_records(logdir):
     out, _, _ = run_dump([logdir / "__cluster_metadata-0" / f"{SEG}.log"], deep_iteration=True)
     control = [line for line in out if "isControl: true" in line]
     assert control, "the KRaft log holds control batches"
-    assert any(line.endswith("controlType: LEADER_CHANGE(2)") for line in out)
+    assert any(' LeaderChange: {"version":0,"leaderId":1,' in line for line in out)
 
 
 @pytest.mark.parametrize("partition", ["__consumer_offsets-15", "__cluster_metadata-0"])
@@ -341,6 +357,16 @@ def test_cli_subprocess(logdir):
     )
     assert proc.returncode == 0, proc.stderr
     assert split_lines(proc.stdout) == expected_index_lines(ipath) + expected_log_lines(lpath, True, False)
+
+
+def test_cli_cluster_metadata_decoder_prints_every_record_as_json(logdir):
+    lpath = logdir / "__cluster_metadata-0" / f"{SEG}.log"
+    proc = run_dump_cli("--cluster-metadata-decoder", "--files", str(lpath))
+    assert proc.returncode == 0, proc.stderr
+    payloads = [line.split(" payload: ", 1)[1] for line in proc.stdout.splitlines() if " payload: " in line]
+    decoded = [json.loads(p) for p in payloads]
+    assert decoded and all({"type", "version", "data"} <= set(d) for d in decoded)
+    assert {"TOPIC_RECORD", "PARTITION_RECORD", "FEATURE_LEVEL_RECORD"} <= {d["type"] for d in decoded}
 
 
 # --- hostile files: a FIFO, an index entry pointing outside the .log ---------------------------------

@@ -246,6 +246,28 @@ def test_info_reports_offsets_segments_and_config(tmp_path):
     log.close()
 
 
+def test_info_survives_retention_purging_the_segment_it_is_reading(tmp_path):
+    """CI saw `info` fail with EBADF: retention (file.delete.delay.ms 0) closed the first segment's
+    descriptor while info read its first batch. info now looks again once segments left the log."""
+    log = open_log(tmp_path / "t-0", config(retention_bytes=1, file_delete_delay_ms=0, retention_ms=-1))
+    for i in range(3):
+        log.append([ProducerRecord(b"v%d" % i, timestamp=10 + i)])
+        log.roll()
+    first = log.segments[0]
+    read_batches = first.iter_batches
+
+    def purged_while_reading(*args, **kwargs):
+        log.delete_old_segments()  # retention deletes and purges this very segment now
+        assert first.log_path.name.endswith(".deleted") and not first.log_path.exists()
+        return read_batches(*args, **kwargs)
+
+    first.iter_batches = purged_while_reading
+    info = log.info()
+    assert info["start_offset"] == log.start_offset > 0
+    assert info["first_timestamp"] == 10 + log.start_offset
+    log.close()
+
+
 READER_SURVIVES_TRIM = r"""
 import sys
 from seglogfs.config import LogConfig

@@ -14,7 +14,7 @@ from support.transactions import ABORT, COMMIT, GZIP, Scenario, TxnModel, random
 
 from seglogfs.log import Log
 from seglogfs.producer_state import ControlType
-from seglogfs.read_committed import committed_batches
+from seglogfs.read_committed import committed_batches, hidden_batches
 from seglogfs.records import BatchHeader, decode_batch, decode_batch_all, iter_batch_headers
 
 SEEDS = range(60)
@@ -275,3 +275,16 @@ def test_markers_are_what_kafka_writes(tmp_path: Path) -> None:
     assert [ABORT, COMMIT] == [ControlType.ABORT, ControlType.COMMIT]
     (record,) = decode_batch_all(markers[0][1], markers[0][0])
     assert record.is_control and record.value == struct.pack(">hi", 0, 4)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_hidden_batches_agrees_with_the_consumer_walk(tmp_path: Path, seed: int) -> None:
+    """The stateless rule the mount and Spark use (a batch is hidden when its base offset lies in one
+    of its producer's aborted transactions) keeps exactly the data batches the walk yields."""
+    log_dir, model = build(tmp_path, random_scenario(seed))
+    batches = file_batches(log_dir)
+    lso = model.last_stable_offset
+    walked = [h.base_offset for h, _ in committed_batches(batches, aborted_of(model), lso, marker_type)]
+    hidden = hidden_batches(aborted_of(model))
+    kept = [h.base_offset for h, _ in batches if h.base_offset < lso and not h.is_control and not hidden(h)]
+    assert kept == walked

@@ -77,8 +77,8 @@ def test_a_record_read_while_compaction_swaps_its_segment_is_not_served_afterwar
         context = MountContext(manager, read_only=False, access=Access(os.getuid(), os.getgid()))
         read = lg.read
 
-        def read_then_clean(offset: int):  # the cleaner swaps the segment just after the read
-            record = read(offset)
+        def read_then_clean(offset: int, **kwargs):  # the cleaner swaps the segment just after the read
+            record = read(offset, **kwargs)
             _clean(manager)
             return record
 

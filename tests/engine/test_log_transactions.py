@@ -1,0 +1,237 @@
+"""Transactions through Log: producer state loaded and snapshotted, .txnindex rebuilt by recovery,
+the last stable offset and read_committed reads, against the independent model of
+tests/support/transactions.py (broker-shaped dirs: kafka-python data batches, hand-built markers)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from support.transactions import ABORT, Scenario, random_scenario
+
+from seglogfs.config import LogConfig
+from seglogfs.log import Log
+from seglogfs.producer_state import read_snapshot
+from seglogfs.read_committed import READ_COMMITTED, isolation_level
+from seglogfs.records import ProducerRecord
+from seglogfs.transaction_index import AbortedTxn, TransactionIndex
+
+SEEDS = range(12)
+
+
+def _open(log_dir: Path, *, clean: bool = False, read_only: bool = False) -> Log:
+    # recovery_point 0 and no clean shutdown: every segment is recovered, as after a kill -9
+    return Log.open(log_dir, LogConfig(), clean_shutdown=clean, read_only=read_only)
+
+
+def _txnindex_files(log_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(log_dir.glob("*.txnindex")) if p.stat().st_size}
+
+
+def _model_txnindex_files(model) -> dict[str, bytes]:
+    return {
+        f"{base:020d}.txnindex": b"".join(AbortedTxn(*entry).to_bytes() for entry in entries)
+        for base, entries in model.aborted_by_segment.items()
+    }
+
+
+def _committed(lg: Log) -> list[tuple[int, bytes | None]]:
+    return [(r.offset, r.value) for r in lg.iter_records(isolation=READ_COMMITTED)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_recovery_rebuilds_the_txnindex_files_and_reads_committed_as_the_model(
+    tmp_path: Path, seed: int
+) -> None:
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(seed).write(log_dir)
+    with _open(log_dir) as lg:
+        assert _txnindex_files(log_dir) == _model_txnindex_files(model)  # byte for byte, Kafka's entries
+        assert lg.last_stable_offset == model.last_stable_offset
+        assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
+        every = [(r.offset, r.value) for r in lg.iter_records()]
+        assert every == [(r.offset, r.value) for r in model.records]  # read_uncommitted: all of them
+        assert [tuple(vars_of(t)) for t in lg.aborted_transactions(0, lg.end_offset)] == sorted(
+            model.aborted, key=lambda t: t[1]
+        )
+    # the clean close left a snapshot at the end: the open transactions are back without a replay
+    snapshot = log_dir / f"{model.end_offset:020d}.snapshot"
+    entries = {e.producer_id: e for e in read_snapshot(snapshot)}
+    assert {
+        pid: e.current_txn_first_offset
+        for pid, e in entries.items()
+        if e.current_txn_first_offset is not None
+    } == model.open_txn_first_offsets
+    with _open(log_dir, clean=True) as lg:
+        assert lg.last_stable_offset == model.last_stable_offset
+        assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
+
+
+def vars_of(txn: AbortedTxn) -> tuple[int, int, int, int]:
+    return txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
+
+
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_deleted_or_corrupt_state_files_are_rebuilt_to_the_same_bytes(tmp_path: Path, seed: int) -> None:
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(seed, steps=60).write(log_dir)
+    with _open(log_dir):
+        pass
+    txnindexes = _txnindex_files(log_dir)
+    snapshot = log_dir / f"{model.end_offset:020d}.snapshot"
+    state = snapshot.read_bytes()
+    # lose every .txnindex, corrupt the snapshot (CRC), then an unclean open (a kill -9 before it)
+    for path in log_dir.glob("*.txnindex"):
+        path.unlink()
+    damaged = bytearray(state)
+    damaged[-1] ^= 0xFF
+    snapshot.write_bytes(bytes(damaged))
+    with _open(log_dir) as lg:
+        assert lg.last_stable_offset == model.last_stable_offset
+    assert _txnindex_files(log_dir) == txnindexes == _model_txnindex_files(model)
+    assert snapshot.read_bytes() == state
+
+
+def test_an_open_transaction_holds_the_last_stable_offset_until_its_marker(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    scenario = Scenario().send_plain([b"a"]).send(7, [b"t1", b"t2"]).send_plain([b"b"]).roll()
+    model = scenario.write(log_dir)
+    with _open(log_dir) as lg:
+        assert lg.last_stable_offset == 1 == model.last_stable_offset
+        assert [r.value for r in lg.iter_records(isolation=READ_COMMITTED)] == [b"a"]
+        assert [r.value for r in lg.iter_records()] == [b"a", b"t1", b"t2", b"b"]
+
+
+def test_an_aborted_transaction_across_a_roll_is_hidden_in_both_segments(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    scenario = (
+        Scenario().send(7, [b"x1"]).send_plain([b"p"]).roll().send(7, [b"x2"]).abort(7).send_plain([b"q"])
+    )
+    model = scenario.write(log_dir)
+    with _open(log_dir) as lg:
+        assert [r.value for r in lg.iter_records(isolation=READ_COMMITTED)] == [b"p", b"q"]
+        assert [vars_of(t) for t in lg.aborted_transactions(0, lg.end_offset)] == model.aborted
+        assert model.markers[0].control_type == ABORT
+        # read from inside the second segment: the transaction begun in the first still counts
+        second = model.segment_bases[1]
+        assert [r.value for r in lg.iter_records(second, isolation=READ_COMMITTED)] == [b"q"]
+
+
+def test_a_read_only_open_writes_nothing_and_still_reads_committed(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(3).write(log_dir)
+    before = sorted(os.listdir(log_dir))
+    with _open(log_dir, read_only=True) as lg:
+        assert lg.last_stable_offset == model.last_stable_offset
+        # no .txnindex was written: read_committed then sees aborted records as a broker without its
+        # index files would; the committed view needs the files (a writable open rebuilds them)
+        assert [r.offset for r in lg.iter_records()] == [r.offset for r in model.records]
+    assert sorted(os.listdir(log_dir)) == before
+
+
+def test_our_own_log_gets_kafkas_snapshots_at_rolls_and_close_and_retention_drops_old_ones(
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "t-0"
+    cfg = LogConfig.from_mapping({"retention.bytes": 1, "file.delete.delay.ms": 0, "retention.ms": -1})
+    with Log.open(log_dir, cfg, create=True) as lg:
+        for _ in range(3):
+            lg.append([ProducerRecord(value=b"v")])
+            lg.roll()
+        assert lg.last_stable_offset == lg.end_offset == 3
+        assert sorted(p.name for p in log_dir.glob("*.snapshot")) == [f"{o:020d}.snapshot" for o in (1, 2, 3)]
+        assert all(
+            p.read_bytes() == bytes.fromhex("000148674bc700000000") for p in log_dir.glob("*.snapshot")
+        )
+        assert lg.delete_old_segments() >= 1
+        kept = [o for o in (1, 2, 3) if o >= lg.start_offset]
+        assert sorted(p.name for p in log_dir.glob("*.snapshot")) == [f"{o:020d}.snapshot" for o in kept]
+        assert len(kept) < 3
+        assert not list(log_dir.glob("*.txnindex*"))
+
+
+def test_a_clean_shutdown_without_snapshots_writes_empty_ones_instead_of_scanning(tmp_path: Path) -> None:
+    """Kafka's shortcut for a log written before producer state existed (or by us before issue 11)."""
+    log_dir = tmp_path / "t-0"
+    with Log.open(log_dir, LogConfig(), create=True) as lg:
+        for _ in range(3):
+            lg.append([ProducerRecord(value=b"v")])
+            lg.roll()
+    for path in log_dir.glob("*.snapshot"):
+        path.unlink()
+    with Log.open(log_dir, LogConfig(), clean_shutdown=True) as lg:
+        assert lg.last_stable_offset == 3
+        assert sorted(p.name for p in log_dir.glob("*.snapshot")) == [f"{o:020d}.snapshot" for o in (2, 3)]
+
+
+def test_a_planted_symlink_snapshot_keeps_the_log_offline_and_is_not_followed(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(5).write(log_dir)
+    with _open(log_dir):
+        pass
+    snapshot = log_dir / f"{model.end_offset:020d}.snapshot"
+    target = tmp_path / "elsewhere"
+    shutil.copy(snapshot, target)
+    before = target.read_bytes()
+    snapshot.unlink()
+    snapshot.symlink_to(target)
+    with pytest.raises(OSError) as raised:  # as for any segment file: the log does not open
+        _open(log_dir)
+    assert raised.value.errno == errno.ELOOP and target.read_bytes() == before
+
+
+def test_retention_renames_a_segments_txnindex_with_it(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    Scenario().send(7, [b"x"]).abort(7).roll().send_plain([b"p"]).roll().send_plain([b"q"]).write(log_dir)
+    cfg = LogConfig.from_mapping({"retention.bytes": 1, "file.delete.delay.ms": 0, "retention.ms": -1})
+    with Log.open(log_dir, cfg) as lg:
+        assert (log_dir / f"{0:020d}.txnindex").stat().st_size == 34
+        lg.delete_old_segments()
+        assert lg.start_offset >= 2
+    assert not list(log_dir.glob(f"{0:020d}.*"))  # .log, indexes and .txnindex all gone
+
+
+def test_an_orphan_txnindex_is_deleted_at_load(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    Scenario().send_plain([b"p"]).write(log_dir)
+    orphan = TransactionIndex(log_dir / f"{50:020d}.txnindex", 50)
+    orphan.append(AbortedTxn(1, 50, 51, 52))
+    orphan.close()
+    with _open(log_dir):
+        pass
+    assert not (log_dir / f"{50:020d}.txnindex").exists()
+
+
+def test_isolation_level_names() -> None:
+    assert isolation_level("read_committed") == READ_COMMITTED
+    with pytest.raises(ValueError, match="read_uncommitted"):
+        isolation_level("READ_COMMITTED")
+
+
+@pytest.mark.parametrize("damage", ["partial entry", "bad version", "decreasing"])
+def test_a_txnindex_failing_kafkas_sanity_check_is_rebuilt_even_after_a_clean_shutdown(
+    tmp_path: Path, damage: str
+) -> None:
+    log_dir = tmp_path / "t-0"
+    scenario = Scenario().send(7, [b"a"]).abort(7).send(8, [b"b"]).abort(8).roll().send_plain([b"p"]).roll()
+    scenario.send(9, [b"c"]).abort(9).send_plain([b"q"])
+    model = scenario.write(log_dir)
+    with _open(log_dir):
+        pass
+    good = _txnindex_files(log_dir)
+    assert good == _model_txnindex_files(model) and len(good) == 2
+    first = log_dir / f"{0:020d}.txnindex"
+    data = bytearray(first.read_bytes())
+    if damage == "partial entry":
+        data += b"\0" * 10
+    elif damage == "bad version":
+        data[0:2] = b"\0\7"
+    else:
+        data = data[34:] + data[:34]  # the two entries swapped: last offsets decrease
+    first.write_bytes(bytes(data))
+    with _open(log_dir, clean=True) as lg:
+        assert [r.value for r in lg.iter_records(isolation=READ_COMMITTED)] == [b"p", b"q"]
+    assert _txnindex_files(log_dir) == good

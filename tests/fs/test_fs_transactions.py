@@ -1,0 +1,122 @@
+"""``fs.isolation.level`` through a real mount: a broker-shaped transactional log (kafka-python data
+batches, hand-built markers: tests/support/transactions.py) read with cat, head, wc and by-offset
+under read_committed and read_uncommitted, against the model computed from the scenario's steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support.mount_fixture import Seglogd, fuse_required
+from support.mount_fixture import seglogd as seglogd  # the fixture
+from support.transactions import Scenario, TxnModel, random_scenario
+
+COMMITTED, ALL = "committed-0", "all-0"
+
+
+def _mount(seglogd, tmp_path: Path, scenario: Scenario) -> tuple[Seglogd, TxnModel]:
+    data = tmp_path / "data"
+    model = scenario.write(data / COMMITTED)
+    shutil.copytree(data / COMMITTED, data / ALL)
+    logs = {COMMITTED: {"fs.isolation.level": "read_committed"}, ALL: {}}
+    return seglogd(data_dir=data, logs=logs), model
+
+
+def _lines(values: list[bytes]) -> bytes:
+    return b"".join(v + b"\n" for v in values)
+
+
+def _cat(path: Path) -> bytes:
+    return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
+
+
+@pytest.mark.fuse
+@fuse_required
+@pytest.mark.parametrize("seed", [1, 4])
+def test_records_and_jsonl_show_what_a_read_committed_consumer_sees(
+    seglogd, tmp_path: Path, seed: int
+) -> None:
+    mnt, model = _mount(seglogd, tmp_path, random_scenario(seed))
+    visible = model.visible
+    assert len(visible) < len(model.records)  # the scenario hides something
+    assert _cat(mnt / COMMITTED / "records") == _lines(model.values_at(visible))
+    assert _cat(mnt / ALL / "records") == _lines([r.value for r in model.records])
+    jsonl = [json.loads(line) for line in _cat(mnt / COMMITTED / "records.jsonl").splitlines()]
+    assert [o["offset"] for o in jsonl] == visible
+    wc = subprocess.run(
+        ["wc", "-l", str(mnt / COMMITTED / "records")], capture_output=True, text=True, check=True
+    )
+    assert int(wc.stdout.split()[0]) == len(visible)
+    info = json.loads((mnt / COMMITTED / "info").read_text())
+    assert info["last_stable_offset"] == model.last_stable_offset
+    assert info["config"]["fs.isolation.level"] == "read_committed"
+    assert json.loads((mnt / ALL / "info").read_text())["config"]["fs.isolation.level"] == "read_uncommitted"
+    middle = visible[len(visible) // 2]
+    head = subprocess.run(
+        ["head", "-n", "3", str(mnt / COMMITTED / "from" / str(middle))], capture_output=True, check=True
+    ).stdout
+    after = [o for o in visible if o >= middle][:3]
+    assert head == _lines(model.values_at(after))
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_by_offset_of_an_aborted_or_unstable_record_is_enoent_under_read_committed(
+    seglogd, tmp_path: Path
+) -> None:
+    scenario = (
+        Scenario().send_plain([b"p0"]).send(7, [b"aborted"]).abort(7)  # offsets 0, 1, marker 2
+        .send(8, [b"kept"]).commit(8)  # 3, marker 4
+        .send(9, [b"open"]).send_plain([b"after"])  # 5 (never ends), 6
+    )  # fmt: skip
+    mnt, model = _mount(seglogd, tmp_path, scenario)
+    assert model.last_stable_offset == 5
+    committed, everything = mnt / COMMITTED / "by-offset", mnt / ALL / "by-offset"
+    assert (committed / "0").read_bytes() == b"p0" and (committed / "3").read_bytes() == b"kept"
+    for offset in (1, 5, 6):  # aborted, in the open transaction, past the LSO
+        assert not (committed / str(offset)).exists()
+        with pytest.raises(FileNotFoundError):
+            (committed / str(offset)).read_bytes()
+    assert [(everything / str(o)).read_bytes() for o in (1, 5, 6)] == [b"aborted", b"open", b"after"]
+    listed = subprocess.run(["ls", str(committed)], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(map(int, listed)) == [0, 3]  # ls by-offset: what read_committed can open
+    assert sorted(map(int, os.listdir(everything))) == list(range(7))  # gap-free: markers listed too
+    # an append lands past the open transaction: a read_committed reader waits for it, as in Kafka
+    with open(mnt / COMMITTED / "append", "ab") as append:
+        append.write(b"new\n")
+    assert json.loads((mnt / COMMITTED / "info").read_text())["end_offset"] == 8
+    assert _cat(mnt / COMMITTED / "records") == b"p0\nkept\n"
+    assert not (committed / "7").exists()
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_kill_9_with_a_transaction_open_keeps_the_state_and_the_txnindex_bytes(
+    seglogd, tmp_path: Path
+) -> None:
+    """A broker copy with an open transaction and aborted ones, served, appended to, killed -9 and
+    started again: the same .txnindex bytes, the same last stable offset, the appends kept."""
+    mnt, model = _mount(seglogd, tmp_path, random_scenario(6, steps=80))
+    info = json.loads((mnt / COMMITTED / "info").read_text())
+    assert info["last_stable_offset"] == model.last_stable_offset < model.end_offset
+    log_dir = mnt.data_dir / COMMITTED
+    txnindexes = {p.name: p.read_bytes() for p in sorted(log_dir.glob("*.txnindex")) if p.stat().st_size}
+    assert txnindexes  # the first start (no clean-shutdown marker) rebuilt them
+    before = _cat(mnt / COMMITTED / "records")
+    subprocess.run(
+        ["bash", "-c", f"for i in 1 2 3; do echo appended-$i >> {mnt / COMMITTED / 'append'}; done"],
+        check=True,
+    )
+    mnt.kill()
+    mnt.start()  # recovers from the recovery point on: the .txnindex files it rebuilds are the same
+    assert {
+        p.name: p.read_bytes() for p in sorted(log_dir.glob("*.txnindex")) if p.stat().st_size
+    } == txnindexes
+    info = json.loads((mnt / COMMITTED / "info").read_text())
+    assert info["last_stable_offset"] == model.last_stable_offset
+    assert info["end_offset"] == model.end_offset + 3  # the acknowledged appends survived
+    assert _cat(mnt / COMMITTED / "records") == before  # still behind the open transaction
