@@ -585,12 +585,17 @@ class Log(SegmentRemoval):
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, else the end offset (Kafka's LSO)."""
-        return self._transactions.last_stable_offset(self._next_offset)
+        return self._transactions.last_stable_offset(self._start_offset, self._next_offset)
 
     def hidden_batch(self) -> Callable[[BatchHeader], bool]:
         """``hidden(header)``: True for a data batch of an aborted transaction, which a read_committed
         reader never sees (what lies at or past :attr:`last_stable_offset` is the caller's to leave out)."""
-        return self._transactions.hides(self._segments, self._start_offset, self._next_offset)
+        return self._transactions.hides(self._segments, self._start_offset, self._next_offset, self._removals)
+
+    def has_aborted_transactions(self) -> bool:
+        """True when the log holds an aborted transaction (a read_committed reader then skips some)."""
+        segments, start, end = self._segments, self._start_offset, self._next_offset
+        return self._transactions.has_aborted(segments, start, end, self._removals)
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets [start, end), by first offset (from the
@@ -606,8 +611,24 @@ class Log(SegmentRemoval):
         for header, (segment, data) in committed_batches(pairs, aborted, end, _marker_type):
             yield segment, header, data
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int:
-        """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``."""
+    def offset_for_timestamp(self, timestamp_ms: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int:
+        """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``;
+        under ``read_committed`` the first record from there on that such a reader sees (below the last
+        stable offset, in no aborted transaction), TimestampNotFoundError when there is none."""
+        found = self._offset_for_timestamp(timestamp_ms)
+        if isolation != READ_COMMITTED:
+            return found
+        from .offset_listing import first_existing_offset  # it walks Log objects: imported late, no cycle
+
+        visible = first_existing_offset(self, found, isolation=isolation)
+        if visible is None:
+            raise TimestampNotFoundError(
+                f"no committed record of log {self.name} at or after timestamp {timestamp_ms} lies below "
+                f"its last stable offset {self.last_stable_offset}"
+            )
+        return visible
+
+    def _offset_for_timestamp(self, timestamp_ms: int) -> int:
         for segment in self._segments:
             if segment.max_timestamp < timestamp_ms and segment is not self._segments[-1]:
                 continue

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import CorruptIndexError, CorruptRecordError
+from .log_segments import segment_index_for
 from .producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     EndTxnMarker,
@@ -31,7 +32,7 @@ from .producer_state import (
 from .read_committed import hidden_batches
 from .records import BatchHeader
 from .segment import Damage, LogSegment
-from .transaction_index import AbortedTxn, collect_aborted_transactions
+from .transaction_index import AbortedTxn
 
 __all__ = ["LogTransactions"]
 
@@ -54,8 +55,11 @@ class LogTransactions:
         self.state = ProducerStateManager(
             directory, producer_id_expiration_ms=producer_id_expiration_ms, read_only=read_only
         )
-        # (segment list, log start, its hidden_batches) of the last list asked about
-        self._hides_for: tuple[Sequence[LogSegment], int, Callable[[BatchHeader], bool]] | None = None
+        # ((removals, log start), any aborted?, hidden_batches) of the last state asked about
+        self._hides_for: tuple[tuple[int, int], bool, Callable[[BatchHeader], bool]] | None = None
+        #: segment uid -> its aborted transactions, used instead of its .txnindex file: a reader's
+        #: replay (it writes nothing), or a rebuilt index that could not be written
+        self._memory: dict[int, list[AbortedTxn]] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -82,26 +86,44 @@ class LogTransactions:
             state.update_map_end_offset(log_end)
             return
         start = state.load_latest(log_start, usable_up_to, now_ms)
-        rebuild_from = None if self.read_only else recovered_from
-        if rebuild_from is not None:
-            for segment in segments:
-                if segment.base_offset >= rebuild_from:
-                    segment.txn_index.reset()
+        rebuilt: dict[LogSegment, list[AbortedTxn]] = {}
         for segment in segments:
-            if segment.offset_limit is None or segment.offset_limit > start:
-                rebuild = rebuild_from is not None and segment.base_offset >= rebuild_from
-                self._replay(segment, start, log_end, rebuild=rebuild)
+            if segment.offset_limit is not None and segment.offset_limit <= start:
+                continue
+            aborted = self._replay(segment, start, log_end)
+            if segment.base_offset < start:
+                continue  # replayed in part: its markers before the snapshot were not seen
+            if recovered_from is not None and segment.base_offset >= recovered_from:
+                rebuilt[segment] = aborted
+            elif self.read_only:
+                self._memory[segment.uid] = aborted  # a reader cannot rebuild the file: it keeps its own
+        self._write_txn_indexes(rebuilt)
         state.update_map_end_offset(log_end)
         if not self.read_only and start != log_end:
             self.snapshot(log_end)
+
+    def _write_txn_indexes(self, rebuilt: dict[LogSegment, list[AbortedTxn]]) -> None:
+        """Replace each segment's ``.txnindex`` with its rebuilt entries, file by file and atomically
+        (written only once the whole replay is done: a crash leaves the old files, and the next open
+        rebuilds again). Read-only, or when a file cannot be written (a full disk), the entries stay
+        in memory and readers use them instead of the file."""
+        for segment, entries in rebuilt.items():
+            if self.read_only:
+                self._memory[segment.uid] = entries
+                continue
+            try:
+                segment.txn_index.rewrite(entries)
+            except OSError as exc:
+                log.warning("%s: could not write %s (%s): its entries are kept in memory",
+                            self.name, segment.txn_index.path, exc)  # fmt: skip
+                self._memory[segment.uid] = entries
 
     def _first_insane_txn_index(
         self, segments: Sequence[LogSegment], recovered_from: int | None
     ) -> int | None:
         """``recovered_from``, or the base of an earlier segment whose ``.txnindex`` fails Kafka's sanity
-        check (the only index Kafka checks at load): that segment's and every later one's are rebuilt."""
-        if self.read_only:
-            return recovered_from
+        check (the only index Kafka checks at load): that segment's and every later one's are rebuilt
+        (a reader's are rebuilt in memory)."""
         for segment in segments:
             if recovered_from is not None and segment.base_offset >= recovered_from:
                 break
@@ -112,18 +134,19 @@ class LogTransactions:
                 return segment.base_offset
         return recovered_from
 
-    def _replay(self, segment: LogSegment, start: int, end: int, *, rebuild: bool) -> None:
-        """Apply the batches of ``segment`` in [start, end) to the state; ``rebuild``: append the
-        aborted transactions whose markers it holds to its (emptied) ``.txnindex``."""
+    def _replay(self, segment: LogSegment, start: int, end: int) -> list[AbortedTxn]:
+        """Apply the batches of ``segment`` in [start, end) to the state; the aborted transactions whose
+        markers it holds, with their last stable offsets (its ``.txnindex`` entries)."""
         if segment.size == 0:  # nothing to replay (a reader's segment may not even have a file)
-            return
+            return []
         position = 0
         if segment.base_offset < start:
             located = segment.find_batch(start)
             if located is None:
-                return
+                return []
             position = located.position
         state = self.state
+        aborted: list[AbortedTxn] = []
         for header, data in segment.iter_batches(position, on_damage=self._damage_reporter(segment)):
             if header.last_offset < start:
                 continue
@@ -133,10 +156,11 @@ class LogTransactions:
             if completed is None:
                 continue
             last_stable = state.last_stable_offset(completed)
-            if completed.is_aborted and rebuild:
+            if completed.is_aborted:
                 pid, first, last = completed.producer_id, completed.first_offset, completed.last_offset
-                segment.txn_index.append(AbortedTxn(pid, first, last, last_stable))
+                aborted.append(AbortedTxn(pid, first, last, last_stable))
             state.complete_txn(completed)
+        return aborted
 
     def _marker(self, segment: LogSegment, header: BatchHeader, data: bytes) -> EndTxnMarker | None:
         if not header.is_control or header.producer_id < 0:
@@ -170,27 +194,51 @@ class LogTransactions:
 
     # ------------------------------------------------------------------ readers
 
-    def last_stable_offset(self, log_end: int) -> int:
-        """The first offset of the oldest open transaction, else ``log_end``."""
+    def last_stable_offset(self, log_start: int, log_end: int) -> int:
+        """The first offset of the oldest open transaction, else ``log_end``; never below ``log_start``
+        (retention may delete a hanging transaction's first segment: Kafka then moves it up too)."""
         first_unstable = self.state.first_unstable_offset()
-        return log_end if first_unstable is None else min(first_unstable, log_end)
+        return log_end if first_unstable is None else min(max(first_unstable, log_start), log_end)
 
     def hides(
-        self, segments: Sequence[LogSegment], log_start: int, log_end: int
+        self, segments: Sequence[LogSegment], log_start: int, log_end: int, version: int
     ) -> Callable[[BatchHeader], bool]:
         """``hidden(header)`` (:func:`~seglogfs.read_committed.hidden_batches`) for the aborted
-        transactions of ``segments``, kept until the segment list changes."""
-        # the list itself is kept (not its id, which a new list may reuse): a new one means a roll,
-        # retention or a clean, whose .txnindex files must be read again
+        transactions of ``segments``; ``version`` (the log's removals) and ``log_start`` say when to
+        read the ``.txnindex`` files again. A roll does not: our appends never abort a transaction."""
         cached = self._hides_for
-        if cached is None or cached[0] is not segments or cached[1] != log_start:
-            cached = (segments, log_start, hidden_batches(self.aborted(segments, log_start, log_end)))
+        if cached is None or cached[0] != (version, log_start):
+            aborted = self.aborted(segments, log_start, log_end)
+            cached = ((version, log_start), bool(aborted), hidden_batches(aborted))
             self._hides_for = cached
         return cached[2]
 
-    @staticmethod
-    def aborted(segments: Sequence[LogSegment], start: int, end: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [start, end), from the ``.txnindex`` of the segments
-        from the one holding ``start`` on (stopping once a segment's entries complete the range)."""
-        from_segment = [s for s in segments if s.offset_limit is None or s.offset_limit > start]
-        return collect_aborted_transactions((s.txn_index for s in from_segment), start, end)
+    def has_aborted(self, segments: Sequence[LogSegment], log_start: int, log_end: int, version: int) -> bool:
+        """True when some aborted transaction is left in the log (see :meth:`hides`)."""
+        self.hides(segments, log_start, log_end, version)
+        return self._hides_for[1]  # type: ignore[index]
+
+    def aborted(self, segments: Sequence[LogSegment], start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, end), by first offset, from the ``.txnindex``
+        of the segments from the one holding ``start`` on, stopping once a segment's entries complete
+        the range (Kafka's collectAbortedTransactions). A damaged index counts as empty (logged): one
+        bad file must not make every read of the log fail."""
+        found: list[AbortedTxn] = []
+        # no stop at `end`: a transaction begun before it may end (and be indexed) in any later segment
+        for segment in segments[segment_index_for(start, segments) :]:
+            entries, complete = self._collect(segment, start, end)
+            found += entries
+            if complete:
+                break
+        return sorted(found, key=lambda txn: txn.first_offset)
+
+    def _collect(self, segment: LogSegment, start: int, end: int) -> tuple[list[AbortedTxn], bool]:
+        memory = self._memory.get(segment.uid)
+        if memory is not None:
+            hits = [t for t in memory if t.last_offset >= start and t.first_offset < end]
+            return hits, any(t.last_stable_offset >= end for t in memory)
+        try:
+            return segment.txn_index.collect_aborted(start, end)
+        except (CorruptIndexError, OSError) as exc:
+            log.warning("%s: ignoring %s: %s", self.name, segment.txn_index.path, exc)
+            return [], False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +26,7 @@ from .segment import LogSegment
 if TYPE_CHECKING:
     from .log import Log
 
-__all__ = ["existing_offsets", "newest_offsets", "record_count"]
+__all__ = ["existing_offsets", "first_existing_offset", "newest_offsets", "record_count"]
 
 # user records of sealed segments counted whole (weak: a segment retention or the cleaner removed goes)
 _SEALED_COUNTS: weakref.WeakKeyDictionary[LogSegment, int] = weakref.WeakKeyDictionary()
@@ -38,28 +39,41 @@ def existing_offsets(
     """The offsets in [start, end) (default: the whole log) that hold a user record, as ascending,
     disjoint, non-adjacent ranges; under ``read_committed`` only those a read_committed reader sees
     (none of an aborted transaction, none at or past the last stable offset)."""
+    runs: list[range] = []
+    for run in _existing_runs(lg, start, end, isolation):
+        _add(runs, run)
+    return runs
+
+
+def first_existing_offset(lg: Log, start: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int | None:
+    """The first offset at or after ``start`` that holds a record (under ``isolation``), or None."""
+    return next((run.start for run in _existing_runs(lg, start, None, isolation)), None)
+
+
+def _existing_runs(lg: Log, start: int | None, end: int | None, isolation: Isolation) -> Iterator[range]:
+    """The non-empty runs of offsets in [start, end) holding a record, in order (adjacent ones apart)."""
     lo = lg.start_offset if start is None else max(start, lg.start_offset)
     hi = lg.end_offset if end is None else min(end, lg.end_offset)
     hidden = None
     if isolation == READ_COMMITTED:
         hi = min(hi, lg.last_stable_offset)
-        hidden = lg.hidden_batch()
-    runs: list[range] = []
+        hidden = lg.hidden_batch() if lg.has_aborted_transactions() else None
     if lo >= hi:
-        return runs
+        return
     segments = lg.segments  # one snapshot: the cleaner and retention replace the list, never change it
     for segment in segments[segment_index_for(lo, segments) :]:
         if segment.base_offset >= hi:
-            break
+            return
         position = segment.offset_index.lookup(lo).position if lo > segment.base_offset else 0
         for header in segment.iter_headers(position):
             if header.base_offset >= hi:
-                break
+                return
             if header.last_offset < lo or (hidden is not None and hidden(header)):
                 continue
             for run in _batch_offsets(segment, header):
-                _add(runs, range(max(run.start, lo), min(run.stop, hi)))
-    return runs
+                clipped = range(max(run.start, lo), min(run.stop, hi))
+                if clipped:
+                    yield clipped
 
 
 def newest_offsets(lg: Log, limit: int, *, isolation: Isolation = READ_UNCOMMITTED) -> list[range]:
@@ -73,7 +87,7 @@ def newest_offsets(lg: Log, limit: int, *, isolation: Isolation = READ_UNCOMMITT
     start, end = lg.start_offset, lg.last_stable_offset if committed else lg.end_offset
     if limit <= 0 or start >= end:
         return []
-    if "compact" not in lg.config.cleanup_policy and not committed:
+    if "compact" not in lg.config.cleanup_policy and not (committed and lg.has_aborted_transactions()):
         return [range(max(start, end - limit), end)]
     runs: list[range] = []
     count, high, window = 0, end, limit

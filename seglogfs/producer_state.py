@@ -200,6 +200,23 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     return entries
 
 
+def _check_open_transactions(entries: list[ProducerStateEntry], offset: int, path: Path) -> None:
+    """CorruptSnapshotError when the open transactions of a snapshot taken at ``offset`` cannot be: one
+    beginning at or past the snapshot's own offset, or two beginning at the same offset (the CRC says
+    only that the bytes are as written)."""
+    firsts: set[int] = set()
+    for entry in entries:
+        first = entry.current_txn_first_offset
+        if first is None:
+            continue
+        if first >= offset or first in firsts:
+            raise CorruptSnapshotError(
+                f"snapshot {path}: producer {entry.producer_id}'s open transaction begins at {first}, "
+                f"{'past the snapshot offset' if first >= offset else 'as another one does'} ({offset})"
+            )
+        firsts.add(first)
+
+
 # --- the manager -----------------------------------------------------------------------------------
 
 
@@ -387,6 +404,7 @@ class ProducerStateManager:
                 continue  # out of range (kept by a read-only load)
             try:
                 entries = read_snapshot(path)
+                _check_open_transactions(entries, offset, path)
             except (CorruptSnapshotError, OSError) as exc:  # OSError: ELOOP, a symlink planted there
                 if self.read_only or not isinstance(exc, CorruptSnapshotError):
                     log.warning("%s; skipping it", exc)

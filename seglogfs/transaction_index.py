@@ -18,15 +18,16 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import atomic_write
 from .errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
 
-__all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex", "collect_aborted_transactions"]
+__all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex"]
 
 _ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 ABORTED_TXN_SIZE = _ENTRY.size  # 34
@@ -240,6 +241,29 @@ class TransactionIndex:
             self._last_offset = int(entries["last"][keep - 1]) if keep else None
             self._last_known = True
 
+    def rewrite(self, entries: Sequence[AbortedTxn]) -> None:
+        """Replace the file with ``entries`` in one step (a new file renamed over it: a crash leaves the
+        old file or the new one); no entry removes it. The entries are checked as :meth:`append`
+        checks them."""
+        self._check_writable()
+        previous: int | None = None
+        for txn in entries:
+            if txn.first_offset > txn.last_offset or txn.last_offset < self.base_offset or (
+                previous is not None and txn.last_offset <= previous
+            ):
+                raise InvalidRecordError(f"{self.path}: aborted transaction {txn} out of order or range")
+            previous = txn.last_offset
+        with self._lock:
+            if self._fd >= 0:  # it would go on writing to the replaced file
+                os.close(self._fd)
+                self._fd = -1
+            if entries:
+                atomic_write(self.path, b"".join(txn.to_bytes() for txn in entries))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+            self._last_offset, self._last_known = previous, True
+
     def reset(self) -> None:
         """Empty the file (when it exists): recovery rebuilds it from the segment's markers."""
         self._check_writable()
@@ -289,20 +313,3 @@ class TransactionIndex:
     def __repr__(self) -> str:
         return f"TransactionIndex({str(self.path)!r}, base_offset={self.base_offset})"
 
-
-def collect_aborted_transactions(
-    indexes: Iterable[TransactionIndex], start: int, end: int
-) -> list[AbortedTxn]:
-    """The aborted transactions overlapping ``[start, end)``, sorted by first offset.
-
-    ``indexes`` are those of consecutive segments, from the one holding ``start`` on; the walk stops
-    at the first index whose search is complete (later segments cannot add anything to the range).
-    """
-    found: list[AbortedTxn] = []
-    for index in indexes:
-        txns, complete = index.collect_aborted(start, end)
-        found.extend(txns)
-        if complete:
-            break
-    found.sort(key=lambda txn: txn.first_offset)
-    return found

@@ -237,7 +237,8 @@ class TimeLink(ReadOnlyFile):
 
     @staticmethod
     def _target(lg: Log, node: Node) -> str:
-        return f"../by-offset/{lg.offset_for_timestamp(node.number)}"
+        offset = lg.offset_for_timestamp(node.number, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
+        return f"../by-offset/{offset}"
 
 
 class InfoFile(ReadOnlyFile):

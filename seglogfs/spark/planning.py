@@ -31,6 +31,7 @@ from seglogfs.log import Log
 from seglogfs.log_files import LOG_START_OFFSET_CHECKPOINT, find_log_dirs, parse_log_dir_name
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.segment import LogSegment
+from seglogfs.transaction_index import AbortedTxn
 
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions, parse_offsets
 from .scan import SegmentSlice, report_data_loss
@@ -137,11 +138,11 @@ def snapshot_all(dirs: Sequence[Path], isolation: Isolation = READ_UNCOMMITTED) 
         return [LogRef.of(lg, isolation) for lg in logs]
 
 
-def offset_for_timestamp(lg: Log, timestamp_ms: int) -> int | None:
+def offset_for_timestamp(lg: Log, timestamp_ms: int, isolation: Isolation = READ_UNCOMMITTED) -> int | None:
     """Kafka's offsetsForTimes through the engine: the first offset >= the log start whose record
     timestamp is >= ``timestamp_ms``, or None."""
     try:
-        return lg.offset_for_timestamp(timestamp_ms)
+        return lg.offset_for_timestamp(timestamp_ms, isolation=isolation)
     except TimestampNotFoundError:
         return None
     except CorruptRecordError as exc:
@@ -173,7 +174,7 @@ def resolve_range(
     """``[start, end)`` of one log for a batch read, with Kafka's rules and data-loss handling."""
     log_start, log_end = lg.start_offset, readable_end(lg, opts.isolation)
     if opts.starting_timestamp is not None:
-        found = offset_for_timestamp(lg, opts.starting_timestamp)
+        found = offset_for_timestamp(lg, opts.starting_timestamp, opts.isolation)
         if found is not None:
             start = found
         else:
@@ -187,7 +188,7 @@ def resolve_range(
     else:
         start = _resolve_bound(lg, starting.for_log(lg.name), log_end)
     if opts.ending_timestamp is not None:
-        found = offset_for_timestamp(lg, opts.ending_timestamp)
+        found = offset_for_timestamp(lg, opts.ending_timestamp, opts.isolation)
         end = log_end if found is None else found
     else:
         end = _resolve_bound(lg, ending.for_log(lg.name), log_end)
@@ -220,6 +221,7 @@ def slices_for_range(
     last stable offset, :func:`readable_end`)."""
     out = []
     segments = lg.segments
+    aborted = lg.aborted_transactions(start, end) if isolation == READ_COMMITTED else []
     for i, seg in enumerate(segments):
         next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else lg.end_offset
         lo, hi = max(start, seg.base_offset), min(end, next_offset)
@@ -242,18 +244,21 @@ def slices_for_range(
                 seg.size,
                 lo,
                 hi,
-                aborted_overlapping(lg, lo, hi) if isolation == READ_COMMITTED else (),
+                _overlapping(aborted, lo, hi),
             )
         )
     return out
 
 
-def aborted_overlapping(lg: Log, start: int, end: int) -> tuple[tuple[int, int, int, int], ...]:
+def _overlapping(
+    aborted: Sequence[AbortedTxn], start: int, end: int
+) -> tuple[tuple[int, int, int, int], ...]:
     """The aborted transactions overlapping ``[start, end)`` as picklable tuples (producer id, first
     offset, last offset, last stable offset) for a read task."""
     return tuple(
         (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
-        for t in lg.aborted_transactions(start, end)
+        for t in aborted
+        if t.last_offset >= start and t.first_offset < end
     )
 
 

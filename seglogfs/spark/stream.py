@@ -85,7 +85,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for lg in logs:
                 log_end = readable_end(lg, self.opts.isolation)
                 if self.opts.starting_timestamp is not None:
-                    found = offset_for_timestamp(lg, self.opts.starting_timestamp)
+                    found = offset_for_timestamp(lg, self.opts.starting_timestamp, self.opts.isolation)
                     offsets[lg.name] = log_end if found is None else found
                     continue
                 value = spec.for_log(lg.name)

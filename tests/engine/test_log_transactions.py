@@ -13,8 +13,9 @@ import pytest
 from support.transactions import ABORT, Scenario, random_scenario
 
 from seglogfs.config import LogConfig
+from seglogfs.errors import OffsetOutOfRangeError
 from seglogfs.log import Log
-from seglogfs.producer_state import read_snapshot
+from seglogfs.producer_state import ProducerStateEntry, read_snapshot, snapshot_bytes
 from seglogfs.read_committed import READ_COMMITTED, isolation_level
 from seglogfs.records import ProducerRecord
 from seglogfs.transaction_index import AbortedTxn, TransactionIndex
@@ -126,10 +127,106 @@ def test_a_read_only_open_writes_nothing_and_still_reads_committed(tmp_path: Pat
     before = sorted(os.listdir(log_dir))
     with _open(log_dir, read_only=True) as lg:
         assert lg.last_stable_offset == model.last_stable_offset
-        # no .txnindex was written: read_committed then sees aborted records as a broker without its
-        # index files would; the committed view needs the files (a writable open rebuilds them)
+        # no .txnindex file exists: the reader's own replay (from the log start: no snapshot) stands in
+        assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
         assert [r.offset for r in lg.iter_records()] == [r.offset for r in model.records]
     assert sorted(os.listdir(log_dir)) == before
+
+
+def test_a_read_only_open_rebuilds_a_damaged_txnindex_in_memory(tmp_path: Path) -> None:
+    """Review: one corrupt .txnindex made every read_committed read of a read-only log fail (EIO)."""
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(3).write(log_dir)
+    with _open(log_dir):
+        pass
+    damaged = next(p for p in sorted(log_dir.glob("*.txnindex")) if p.stat().st_size)
+    data = bytearray(damaged.read_bytes())
+    data[0:2] = b"\0\1"  # version 1: Kafka's sanity check fails
+    damaged.write_bytes(bytes(data))
+    with _open(log_dir, clean=True, read_only=True) as lg:
+        assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
+        assert lg.read(model.visible[-1], isolation=READ_COMMITTED).offset == model.visible[-1]
+    assert damaged.read_bytes() == bytes(data)  # a reader changes no file
+
+
+@pytest.mark.parametrize("failure", ["killed", "disk full"])
+def test_a_txnindex_rebuild_cut_short_leaves_the_old_files_and_right_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """Review: the rebuild emptied every index before its long replay, so a kill -9 (or ENOSPC) in
+    between left empty files that passed the sanity check and were trusted from then on."""
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(3).write(log_dir)
+    with _open(log_dir):
+        pass
+    good = _txnindex_files(log_dir)
+    damaged = log_dir / next(iter(good))
+    damaged.write_bytes(damaged.read_bytes() + b"\0" * 3)  # a partial entry: rebuilt at the next open
+    calls = []
+
+    def cut_short(self, entries):
+        calls.append(self.path.name)
+        if failure == "killed":
+            raise KeyboardInterrupt("killed in the middle of the rebuild")
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TransactionIndex, "rewrite", cut_short)
+        if failure == "killed":
+            with pytest.raises(KeyboardInterrupt):
+                _open(log_dir, clean=True)
+        else:
+            with _open(log_dir, clean=True) as lg:  # the entries rebuilt in memory serve the readers
+                assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
+    assert calls
+    assert {name: (log_dir / name).read_bytes() for name in good} == {
+        **good,
+        damaged.name: good[damaged.name] + b"\0" * 3,
+    }
+    with _open(log_dir, clean=True) as lg:  # the next open rebuilds them for good
+        assert _committed(lg) == list(zip(model.visible, model.values_at(model.visible), strict=True))
+    assert _txnindex_files(log_dir) == good
+
+
+def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) -> None:
+    """Review: retention deleting a hanging transaction's first segment left the LSO below the start
+    (Kafka moves the first unstable offset up to the log start)."""
+    log_dir = tmp_path / "t-0"
+    Scenario().send(7, [b"hanging"]).send_plain([b"a"]).roll().send_plain([b"b"]).roll().send_plain(
+        [b"c"]
+    ).write(log_dir)
+    cfg = LogConfig.from_mapping({"retention.bytes": 1, "file.delete.delay.ms": 0, "retention.ms": -1})
+    with Log.open(log_dir, cfg) as lg:
+        assert lg.last_stable_offset == 0
+        lg.delete_old_segments()
+        assert lg.start_offset > 0 and lg.last_stable_offset == lg.start_offset
+        assert list(lg.iter_records(isolation=READ_COMMITTED)) == []  # still blocked by the open one
+
+
+def test_by_time_under_read_committed_is_the_next_record_such_a_reader_sees(tmp_path: Path) -> None:
+    """Review: the by-time link named an aborted record (ENOENT under read_committed)."""
+    log_dir = tmp_path / "t-0"
+    Scenario().send(7, [b"x"]).abort(7).send_plain([b"q"]).write(log_dir)  # offsets 0, marker 1, 2
+    stamp = 1_700_000_000_000  # the builder's timestamp: every batch's first record has it
+    with _open(log_dir) as lg:
+        assert lg.offset_for_timestamp(stamp) == 0  # the aborted record
+        assert lg.offset_for_timestamp(stamp, isolation=READ_COMMITTED) == 2
+        assert lg.read(2, isolation=READ_COMMITTED).value == b"q"
+        with pytest.raises(OffsetOutOfRangeError):
+            lg.read(0, isolation=READ_COMMITTED)
+
+
+def test_a_snapshot_with_an_impossible_open_transaction_is_not_used(tmp_path: Path) -> None:
+    log_dir = tmp_path / "t-0"
+    model = random_scenario(3).write(log_dir)
+    with _open(log_dir):
+        pass
+    snapshot = log_dir / f"{model.end_offset:020d}.snapshot"
+    entries = read_snapshot(snapshot)
+    entries.append(ProducerStateEntry(4242, 0, 0, model.end_offset, 0, 0, 0, model.end_offset + 5))
+    snapshot.write_bytes(snapshot_bytes(entries))  # CRC-valid, but the transaction starts past it
+    with _open(log_dir, clean=True) as lg:  # replayed from the log start instead
+        assert lg.last_stable_offset == model.last_stable_offset
 
 
 def test_our_own_log_gets_kafkas_snapshots_at_rolls_and_close_and_retention_drops_old_ones(

@@ -11,17 +11,18 @@ import io
 import os
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_disk_full import Filler, small_tmpfs
 
 from seglogfs.dump_state_files import dump_txn_index
 from seglogfs.errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
+from seglogfs.log_transactions import LogTransactions
 from seglogfs.transaction_index import (
     ABORTED_TXN_SIZE,
     AbortedTxn,
     TransactionIndex,
-    collect_aborted_transactions,
 )
 
 BASE = 100
@@ -249,10 +250,16 @@ def test_collect_across_segments_stops_at_the_first_complete_index_and_sorts(tmp
     # transaction starting in an earlier segment): its LSO stays 90, the search is not complete.
     second = index_with(tmp_path, AbortedTxn(2, 290, 310, 90), AbortedTxn(3, 90, 330, 500), base=300)
     third = index_with(tmp_path, AbortedTxn(4, 380, 600, 601), base=400)  # overlaps, but never reached
-    result = collect_aborted_transactions([first, empty, second, third], 100, 450)
+
+    def collect(*indexes: TransactionIndex) -> list[AbortedTxn]:  # as a log walks its segments
+        segments = [SimpleNamespace(base_offset=x.base_offset, uid=x.base_offset, txn_index=x)
+                    for x in indexes]
+        return LogTransactions(tmp_path, read_only=True).aborted(segments, 100, 450)  # type: ignore[arg-type]
+
+    result = collect(first, empty, second, third)
     assert result == [AbortedTxn(3, 90, 330, 500), AbortedTxn(1, 95, 110, 90), AbortedTxn(2, 290, 310, 90)]
     # Without the complete one, the walk goes on to the third index.
-    assert AbortedTxn(4, 380, 600, 601) in collect_aborted_transactions([first, empty, third], 100, 450)
+    assert AbortedTxn(4, 380, 600, 601) in collect(first, empty, third)
 
 
 # ---------------------------------------------------------------------------------- sanity check
