@@ -11,7 +11,14 @@ import pytest
 
 pytest.register_assert_rewrite("support.spark_fixtures")
 
-from support.spark_fixtures import CODECS, append_records, engine_rows, make_log, row_tuple  # noqa: E402
+from support.spark_fixtures import (  # noqa: E402
+    CODECS,
+    append_records,
+    engine_rows,
+    make_log,
+    row_tuple,
+    stream_to_parquet,
+)
 from support.testdata import KAFKA_LOG_DIR  # noqa: E402
 
 from seglogfs.config import LogConfig  # noqa: E402
@@ -144,16 +151,7 @@ def test_stream_available_now_and_restart_exactly_once(spark, tmp_path: Path) ->
             .option("maxOffsetsPerTrigger", "90")
             .load(str(data))
         )
-        query = (
-            stream.selectExpr("topic", "partition", "offset", "value")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
+        stream_to_parquet(stream.selectExpr("topic", "partition", "offset", "value"), out, checkpoint)
 
     run()
     first = spark.read.parquet(str(out))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.spark_fixtures import stream_to_parquet
 from support.transactions import random_scenario
 
 from seglogfs.log import Log
@@ -55,20 +56,13 @@ def test_batch_read_committed_and_uncommitted(spark, data_dir) -> None:
 def test_stream_read_committed_stops_at_the_last_stable_offset(spark, data_dir, tmp_path: Path) -> None:
     root, models = data_dir
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    query = (
+    stream = (
         spark.readStream.format("seglog")
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
         .load(str(root))
-        .selectExpr("topic", "partition", "offset")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    stream_to_parquet(stream.selectExpr("topic", "partition", "offset"), out, checkpoint)
     assert _offsets(spark.read.parquet(str(out))) == {name: model.visible for name, model in models.items()}
 
 

@@ -154,3 +154,17 @@ def source_rows(options: dict, *, headers: bool = True) -> tuple[list, list[tupl
         for batch in reader.read(part):
             rows.extend(row_tuple(r) for r in batch.to_pylist())
     return parts, rows
+
+
+def stream_to_parquet(stream, out, checkpoint, timeout: float = 120) -> None:
+    """Run ``stream`` (a streaming DataFrame) once with Trigger.AvailableNow into Parquet at ``out``,
+    checkpointed at ``checkpoint``; fails the test when the query fails."""
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(timeout)
+    assert query.exception() is None
