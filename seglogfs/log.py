@@ -651,9 +651,10 @@ class Log(SegmentRemoval):
         with self._lock:
             if self._closed:
                 return
+            snapshot_failed = None
             if not self.read_only:
                 self._flush_locked()
-                self._transactions.snapshot(self._next_offset)
+                snapshot_failed = self._transactions.close_snapshot(self._next_offset)
             active = self._segments[-1]
             for segment in self._segments:
                 segment.close(trim=segment is active and not self.read_only)
@@ -661,6 +662,8 @@ class Log(SegmentRemoval):
             self._closed = True
             self._release()
             self._batch_cache.clear()
+            if snapshot_failed is not None:
+                raise snapshot_failed
 
     def __enter__(self) -> Log:
         return self

@@ -17,11 +17,14 @@ Our own appends carry no producer id, so they never change the state; only data 
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import CorruptIndexError, CorruptRecordError
+from .log_files import TXN_INDEX_SUFFIX
 from .log_segments import segment_index_for
 from .producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -50,7 +53,8 @@ class LogTransactions:
         read_only: bool,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
-        self.name = Path(directory).name
+        self.dir = Path(directory)
+        self.name = self.dir.name
         self.read_only = read_only
         self.state = ProducerStateManager(
             directory, producer_id_expiration_ms=producer_id_expiration_ms, read_only=read_only
@@ -58,8 +62,10 @@ class LogTransactions:
         # ((removals, log start), any aborted?, hidden_batches) of the last state asked about
         self._hides_for: tuple[tuple[int, int], bool, Callable[[BatchHeader], bool]] | None = None
         #: segment uid -> its aborted transactions, used instead of its .txnindex file: a reader's
-        #: replay (it writes nothing), or a rebuilt index that could not be written
+        #: replay (a reader writes nothing, and never cleans or deletes a segment)
         self._memory: dict[int, list[AbortedTxn]] = {}
+        self._pending: Callable[[], None] | None = None  # a reader's deferred load
+        self._pending_lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
 
@@ -73,8 +79,37 @@ class LogTransactions:
         clean_shutdown: bool,
         now_ms: int,
     ) -> None:
-        """Build the state of the loaded ``segments`` (see the module docstring)."""
+        """Build the state of the loaded ``segments`` (see the module docstring). A reader's log does
+        it at its first question about transactions: most readers (a read_uncommitted Spark query,
+        which opens its logs several times a micro-batch) never ask, and need no replay."""
+        if self.read_only:
+            self._pending = functools.partial(
+                self._load, segments, log_start, log_end, recovered_from, clean_shutdown, now_ms
+            )
+        else:
+            self._load(segments, log_start, log_end, recovered_from, clean_shutdown, now_ms)
+
+    def _ready(self) -> None:
+        """Run a reader's deferred :meth:`load` (once, whichever thread asks first)."""
+        if self._pending is not None:
+            with self._pending_lock:
+                if self._pending is not None:
+                    self._pending()
+                    self._pending = None
+
+    def _load(
+        self,
+        segments: Sequence[LogSegment],
+        log_start: int,
+        log_end: int,
+        recovered_from: int | None,
+        clean_shutdown: bool,
+        now_ms: int,
+    ) -> None:
         state = self.state
+        if not self.read_only:
+            for leftover in self.dir.glob("*" + TXN_INDEX_SUFFIX + ".tmp"):  # a rewrite a crash cut short
+                leftover.unlink(missing_ok=True)
         recovered_from = self._first_insane_txn_index(segments, recovered_from)
         usable_up_to = log_end if recovered_from is None else recovered_from
         has_snapshot = any(log_start <= o <= usable_up_to for o in state.snapshot_offsets())
@@ -105,18 +140,14 @@ class LogTransactions:
     def _write_txn_indexes(self, rebuilt: dict[LogSegment, list[AbortedTxn]]) -> None:
         """Replace each segment's ``.txnindex`` with its rebuilt entries, file by file and atomically
         (written only once the whole replay is done: a crash leaves the old files, and the next open
-        rebuilds again). Read-only, or when a file cannot be written (a full disk), the entries stay
-        in memory and readers use them instead of the file."""
+        rebuilds again). A reader keeps them in memory instead. A file that cannot be written (a full
+        disk) fails the open, and the log stays offline until there is room: entries kept only in
+        memory would be lost at the next start, which trusts the files on disk (as Kafka does)."""
         for segment, entries in rebuilt.items():
             if self.read_only:
                 self._memory[segment.uid] = entries
-                continue
-            try:
+            else:
                 segment.txn_index.rewrite(entries)
-            except OSError as exc:
-                log.warning("%s: could not write %s (%s): its entries are kept in memory",
-                            self.name, segment.txn_index.path, exc)  # fmt: skip
-                self._memory[segment.uid] = entries
 
     def _first_insane_txn_index(
         self, segments: Sequence[LogSegment], recovered_from: int | None
@@ -180,13 +211,26 @@ class LogTransactions:
     # ------------------------------------------------------------------ changes
 
     def snapshot(self, offset: int) -> None:
-        """Write the state as ``<offset>.snapshot`` (at open, at a roll: the new base, at a close: the
-        end). A failure (a full disk) costs only a longer replay at the next open: logged, not raised."""
+        """Write the state as ``<offset>.snapshot`` (at open, at a roll: the new base). A failure (a
+        full disk) costs only a longer replay at the next open: logged, not raised."""
         self.state.update_map_end_offset(offset)
         try:
             self.state.take_snapshot()
         except OSError as exc:
             log.warning("%s: no producer snapshot at offset %d: %s", self.name, offset, exc)
+
+    def close_snapshot(self, offset: int) -> OSError | None:
+        """The snapshot of a clean close, at the log end. Its failure is returned (the close must then
+        not count as clean: the next clean open would trust the files and start from an empty state)
+        when the state holds producers; with none, it costs nothing and is only logged."""
+        self.state.update_map_end_offset(offset)
+        try:
+            self.state.take_snapshot()
+        except OSError as exc:
+            if self.state.producers:
+                return exc
+            log.warning("%s: no producer snapshot at offset %d: %s", self.name, offset, exc)
+        return None
 
     def forget_snapshots_below(self, offset: int) -> None:
         """Retention moved the log start to ``offset``: older snapshots are of no use."""
@@ -197,6 +241,7 @@ class LogTransactions:
     def last_stable_offset(self, log_start: int, log_end: int) -> int:
         """The first offset of the oldest open transaction, else ``log_end``; never below ``log_start``
         (retention may delete a hanging transaction's first segment: Kafka then moves it up too)."""
+        self._ready()
         first_unstable = self.state.first_unstable_offset()
         return log_end if first_unstable is None else min(max(first_unstable, log_start), log_end)
 
@@ -206,6 +251,7 @@ class LogTransactions:
         """``hidden(header)`` (:func:`~seglogfs.read_committed.hidden_batches`) for the aborted
         transactions of ``segments``; ``version`` (the log's removals) and ``log_start`` say when to
         read the ``.txnindex`` files again. A roll does not: our appends never abort a transaction."""
+        self._ready()
         cached = self._hides_for
         if cached is None or cached[0] != (version, log_start):
             aborted = self.aborted(segments, log_start, log_end)
@@ -223,6 +269,7 @@ class LogTransactions:
         of the segments from the one holding ``start`` on, stopping once a segment's entries complete
         the range (Kafka's collectAbortedTransactions). A damaged index counts as empty (logged): one
         bad file must not make every read of the log fail."""
+        self._ready()
         found: list[AbortedTxn] = []
         # no stop at `end`: a transaction begun before it may end (and be indexed) in any later segment
         for segment in segments[segment_index_for(start, segments) :]:
