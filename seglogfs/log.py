@@ -44,8 +44,7 @@ from .log_segments import (
     segment_index_for,
 )
 from .log_transactions import LogTransactions
-from .producer_state import end_txn_marker
-from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation, committed_batches
+from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -143,10 +142,7 @@ class Log(SegmentRemoval):
             log_obj._next_offset = loaded.next_offset
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
-            log_obj._transactions.load(
-                loaded.segments, loaded.log_start_offset, loaded.next_offset,
-                recovered_from=loaded.recovered_from, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock),
-            )  # fmt: skip
+            log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
         except BaseException:
             for segment in log_obj._segments:
                 segment.close(trim=False)
@@ -571,11 +567,13 @@ class Log(SegmentRemoval):
         at or past the last stable offset."""
         lo = self._start_offset if start is None else start
         hi = self._next_offset if end is None else end
-        batches: Iterator[tuple[LogSegment, BatchHeader, bytes]] = self.iter_batches(lo, hi)
+        hidden = None
         if isolation == READ_COMMITTED:
             hi = min(hi, self.last_stable_offset)
-            batches = self._committed(self.iter_batches(lo, hi), lo, hi)
-        for segment, header, data in batches:
+            hidden = self.hidden_batch() if self.has_aborted_transactions() else None
+        for segment, header, data in self.iter_batches(lo, hi):
+            if hidden is not None and hidden(header):
+                continue
             for record in decode_batch(data, header.at(0), path=segment.log_path):
                 if lo <= record.offset < hi:
                     yield record
@@ -601,15 +599,6 @@ class Log(SegmentRemoval):
         """The aborted transactions overlapping offsets [start, end), by first offset (from the
         segments' ``.txnindex`` files)."""
         return self._transactions.aborted(self._segments, start, end)
-
-    def _committed(
-        self, batches: Iterator[tuple[LogSegment, BatchHeader, bytes]], start: int, end: int
-    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
-        """The batches of [start, end) a read_committed reader sees (``end``: at most the LSO)."""
-        pairs = ((header, (segment, data)) for segment, header, data in batches)
-        aborted = self.aborted_transactions(start, end)
-        for header, (segment, data) in committed_batches(pairs, aborted, end, _marker_type):
-            yield segment, header, data
 
     def offset_for_timestamp(self, timestamp_ms: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int:
         """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``;
@@ -674,9 +663,3 @@ class Log(SegmentRemoval):
     def __repr__(self) -> str:
         return f"Log({str(self.dir)!r}, start={self._start_offset}, end={self._next_offset})"
 
-
-def _marker_type(header: BatchHeader, payload: tuple[LogSegment, bytes]) -> int | None:
-    """The control type of a transaction marker batch (None for another control batch)."""
-    segment, data = payload
-    marker = end_txn_marker(header, data, path=segment.log_path)
-    return None if marker is None else int(marker.control_type)

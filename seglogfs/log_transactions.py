@@ -9,7 +9,7 @@
 - A snapshot at every roll (at the new segment's base) and at a clean close; retention deletes the
   snapshots below the new log start.
 - For readers: the last stable offset and the aborted transactions overlapping a range (from the
-  segments' ``.txnindex`` files), which :func:`~seglogfs.read_committed.committed_batches` needs.
+  segments' ``.txnindex`` files), which :func:`~seglogfs.read_committed.hidden_batches` needs.
 
 Our own appends carry no producer id, so they never change the state; only data written by a broker
 (a copied data dir) holds transactions.
@@ -18,6 +18,7 @@ Our own appends carry no producer id, so they never change the state; only data 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from .errors import CorruptIndexError, CorruptRecordError
 from .log_files import TXN_INDEX_SUFFIX
+from .log_loader import LoadedLog
 from .log_segments import segment_index_for
 from .producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -69,25 +71,15 @@ class LogTransactions:
 
     # ------------------------------------------------------------------ opening
 
-    def load(
-        self,
-        segments: Sequence[LogSegment],
-        log_start: int,
-        log_end: int,
-        *,
-        recovered_from: int | None,
-        clean_shutdown: bool,
-        now_ms: int,
-    ) -> None:
-        """Build the state of the loaded ``segments`` (see the module docstring). A reader's log does
-        it at its first question about transactions: most readers (a read_uncommitted Spark query,
-        which opens its logs several times a micro-batch) never ask, and need no replay."""
+    def load(self, loaded: LoadedLog, *, clean_shutdown: bool, now_ms: int) -> None:
+        """Build the state of the ``loaded`` log (see the module docstring). A reader's log does it at
+        its first question about transactions: most readers (a read_uncommitted Spark query, which
+        opens its logs several times a micro-batch) never ask, and need no replay."""
+        build = functools.partial(self._load, loaded, clean_shutdown, now_ms)
         if self.read_only:
-            self._pending = functools.partial(
-                self._load, segments, log_start, log_end, recovered_from, clean_shutdown, now_ms
-            )
+            self._pending = build
         else:
-            self._load(segments, log_start, log_end, recovered_from, clean_shutdown, now_ms)
+            build()
 
     def _ready(self) -> None:
         """Run a reader's deferred :meth:`load` (once, whichever thread asks first)."""
@@ -97,15 +89,9 @@ class LogTransactions:
                     self._pending()
                     self._pending = None
 
-    def _load(
-        self,
-        segments: Sequence[LogSegment],
-        log_start: int,
-        log_end: int,
-        recovered_from: int | None,
-        clean_shutdown: bool,
-        now_ms: int,
-    ) -> None:
+    def _load(self, loaded: LoadedLog, clean_shutdown: bool, now_ms: int) -> None:
+        segments, log_start, log_end = loaded.segments, loaded.log_start_offset, loaded.next_offset
+        recovered_from = loaded.recovered_from
         state = self.state
         if not self.read_only:
             for leftover in self.dir.glob("*" + TXN_INDEX_SUFFIX + ".tmp"):  # a rewrite a crash cut short
@@ -176,26 +162,20 @@ class LogTransactions:
             if located is None:
                 return []
             position = located.position
-        state = self.state
-        aborted: list[AbortedTxn] = []
-        for header, data in segment.iter_batches(position, on_damage=self._damage_reporter(segment)):
-            if header.last_offset < start:
-                continue
-            if header.base_offset >= end:
-                break
-            completed = state.update(header, self._marker(segment, header, data))
-            if completed is None:
-                continue
-            last_stable = state.last_stable_offset(completed)
-            if completed.is_aborted:
-                pid, first, last = completed.producer_id, completed.first_offset, completed.last_offset
-                aborted.append(AbortedTxn(pid, first, last, last_stable))
-            state.complete_txn(completed)
-        return aborted
+        walk = segment.iter_batches(position, on_damage=self._damage_reporter(segment))
+        batches = itertools.takewhile(
+            lambda batch: batch[0].base_offset < end, (b for b in walk if b[0].last_offset >= start)
+        )
+        completed = self.state.replay(batches, marker=functools.partial(self._marker, segment))
+        return [
+            AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable)
+            for txn, last_stable in completed
+            if txn.is_aborted
+        ]
 
-    def _marker(self, segment: LogSegment, header: BatchHeader, data: bytes) -> EndTxnMarker | None:
-        if not header.is_control or header.producer_id < 0:
-            return None
+    def _marker(
+        self, segment: LogSegment, header: BatchHeader, data: bytes | memoryview
+    ) -> EndTxnMarker | None:
         try:
             return end_txn_marker(header, data, path=segment.log_path)
         except CorruptRecordError as exc:  # a CRC-valid batch whose marker does not parse: no marker

@@ -314,17 +314,22 @@ class ProducerStateManager:
             entry.current_txn_first_offset = None
 
     def replay(
-        self, batches: Iterable[tuple[BatchHeader, bytes | memoryview]], *, path: str | Path | None = None
+        self,
+        batches: Iterable[tuple[BatchHeader, bytes | memoryview]],
+        *,
+        path: str | Path | None = None,
+        marker: Callable[[BatchHeader, bytes | memoryview], EndTxnMarker | None] | None = None,
     ) -> list[tuple[CompletedTxn, int]]:
         """Apply batches in offset order (each with its bytes, read only for control batches); every
         transaction completed, in marker order, with its last stable offset. ``path`` names the file
-        in errors."""
+        in errors; ``marker`` reads a control batch's marker instead of :func:`end_txn_marker` (which
+        raises on a malformed one)."""
         completed_txns = []
         for header, batch in batches:
-            marker = None
+            found = None
             if header.is_control and header.producer_id >= 0:
-                marker = end_txn_marker(header, batch, path=path)
-            completed = self.update(header, marker)
+                found = end_txn_marker(header, batch, path=path) if marker is None else marker(header, batch)
+            completed = self.update(header, found)
             if completed is not None:
                 completed_txns.append((completed, self.last_stable_offset(completed)))
                 self.complete_txn(completed)

@@ -1,33 +1,25 @@
-"""read_committed: which batches a Kafka consumer with ``isolation.level=read_committed`` returns.
+"""read_committed: which batches a Kafka consumer with ``isolation.level=read_committed`` sees.
 
 The consumer gets, with every fetch, the aborted transactions overlapping the fetched range (from the
-``.txnindex`` files) and the last stable offset (LSO); it then walks the batches in offset order:
-
-- before each batch, every aborted transaction whose first offset is at or below the batch's last
-  offset marks its producer "aborted";
-- a transactional data batch of an aborted producer is dropped;
-- a control batch is never returned; an ABORT marker of an aborted producer ends that producer's
-  aborted state (its later transactions may commit);
-- nothing at or past the LSO is returned (the broker never sends it).
-
-Everything here works per batch, from the header; only control batches of aborted producers are asked
-for their marker type.
+``.txnindex`` files) and the last stable offset (LSO), and walks the batches in offset order: an
+aborted transaction's producer is marked from its first offset on and unmarked by its ABORT marker,
+and a marked producer's transactional data batches are dropped (docs/kafka-format.md section 8.7).
+:func:`hidden_batches` tells the same per batch without walking, so a reader may start anywhere; the
+tests check it against that walk (tests/support/consumer_walk.py). Nothing at or past the LSO is
+seen: that bound is the caller's.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import Literal, Protocol, TypeVar, cast
+from typing import Literal, Protocol, cast
 
-from .producer_state import ControlType
 from .records import BatchHeader
 
 __all__ = [
-    "READ_COMMITTED", "READ_UNCOMMITTED", "AbortedLike", "Isolation", "committed_batches", "hidden_batches",
-    "isolation_level",
+    "READ_COMMITTED", "READ_UNCOMMITTED", "AbortedLike", "Isolation", "hidden_batches", "isolation_level",
 ]
 
 #: Kafka's isolation.level values: every record (the consumer default), or only committed ones
@@ -42,8 +34,6 @@ def isolation_level(value: str) -> Isolation:
         return cast(Isolation, value)
     raise ValueError(f"isolation level {value!r}: must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
 
-Payload = TypeVar("Payload")
-
 
 class AbortedLike(Protocol):
     """An aborted transaction as a ``.txnindex`` entry describes it."""
@@ -56,47 +46,6 @@ class AbortedLike(Protocol):
     def last_offset(self) -> int: ...
     @property
     def last_stable_offset(self) -> int: ...
-
-
-def committed_batches(
-    batches: Iterable[tuple[BatchHeader, Payload]],
-    aborted: Sequence[AbortedLike],
-    last_stable_offset: int,
-    marker_type: Callable[[BatchHeader, Payload], int | None],
-) -> Iterator[tuple[BatchHeader, Payload]]:
-    """The (header, payload) pairs of ``batches`` whose records a read_committed reader sees.
-
-    ``batches`` are in offset order; ``aborted`` are the aborted transactions overlapping them (any
-    order); ``marker_type(header, payload)`` is the control record type of a control batch (a
-    :class:`~seglogfs.producer_state.ControlType`, another type, or None when it holds no transaction
-    marker). The iteration ends at the first batch whose base offset is at or past
-    ``last_stable_offset``. A batch straddling the LSO
-    (base below, last offset at or past it) is yielded whole: the caller drops its records at or past
-    the LSO. A broker never writes one (an LSO is the first offset of a batch or the log end), but a
-    caller reading a range may pass a smaller bound.
-    """
-    pending = sorted(aborted, key=attrgetter("first_offset"))
-    # first offsets ending in a sentinel, so the loop needs no bounds check
-    firsts = [txn.first_offset for txn in pending] + [math.inf]
-    next_pending = 0
-    next_first = firsts[0]
-    aborted_producers: set[int] = set()
-    for item in batches:
-        header = item[0]
-        if header.base_offset >= last_stable_offset:
-            return
-        while next_first <= header.last_offset:
-            aborted_producers.add(pending[next_pending].producer_id)
-            next_pending += 1
-            next_first = firsts[next_pending]
-        if not (aborted_producers or header.is_control):
-            yield item  # the common case: no producer to drop, a data batch
-        elif header.is_control:
-            producer_id = header.producer_id
-            if producer_id in aborted_producers and marker_type(header, item[1]) == ControlType.ABORT:
-                aborted_producers.discard(producer_id)
-        elif not (header.is_transactional and header.producer_id in aborted_producers):
-            yield item
 
 
 def hidden_batches(aborted: Iterable[AbortedLike]) -> Callable[[BatchHeader], bool]:

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.consumer_walk import committed_batches
 from support.transactions import ABORT, COMMIT, GZIP, Scenario, TxnModel, random_scenario
 
 from seglogfs.log import Log
 from seglogfs.producer_state import ControlType
-from seglogfs.read_committed import committed_batches, hidden_batches
+from seglogfs.read_committed import hidden_batches
 from seglogfs.records import BatchHeader, decode_batch, decode_batch_all, iter_batch_headers
 
 SEEDS = range(60)
