@@ -12,11 +12,18 @@ once when :meth:`Notifier.poke` is called) and calls libfuse's ``fuse_invalidate
 the kernel may hold of the logs that changed. The paths come from :class:`PathNotes`, filled by the
 operations' getattr: the kernel only caches what it asked for. Never call the invalidation from inside a
 request: libfuse warns that invalidating an inode from a request on that inode can deadlock.
+
+A change that removed offsets (compaction, retention) races with the requests answered from the segment
+list before it: such an answer can reach the kernel after the invalidation, and the kernel would then
+keep a removed offset for an hour. So the notifier invalidates such a change again at every check until
+every request numbered before the change (:meth:`PathNotes.begin`) has answered, and once more a check
+later (libfuse replies after our callback returns). No wait depends on how long a request takes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -97,6 +104,30 @@ class PathNotes:
         self.kinds = growing | {Kind.BY_OFFSET, Kind.SEGMENT_FILE, Kind.BY_TIME}
         self._logs: dict[str, _LogNotes] = {}
         self._lock = threading.Lock()
+        self._tickets = itertools.count()
+        self._in_flight: dict[int, None] = {}  # tickets of the requests still computing their answer
+
+    def begin(self) -> int:
+        """Number a request whose answer the kernel may cache; call :meth:`end` with it once answered."""
+        ticket = next(self._tickets)  # itertools.count and dict stores are atomic under the GIL
+        self._in_flight[ticket] = None
+        return ticket
+
+    def end(self, ticket: int) -> None:
+        """The request numbered ``ticket`` has its answer."""
+        self._in_flight.pop(ticket, None)
+
+    def horizon(self) -> int:
+        """A number above every request begun so far."""
+        return next(self._tickets)
+
+    def answered_before(self, horizon: int) -> bool:
+        """True when every request numbered below ``horizon`` has its answer."""
+        while True:
+            try:
+                return min(self._in_flight, default=horizon) >= horizon
+            except RuntimeError:  # the table changed while min() walked it: look again
+                continue
 
     def note(self, node: Node, path: str) -> None:
         """Remember ``path`` (of ``node``, a kind in :attr:`kinds`) for its log's next change."""
@@ -165,11 +196,15 @@ class LogState:
     end: int
     segments: tuple[tuple[int, int], ...]  # (base offset, LogSegment.uid), oldest first
     rebases: int = 0  # times the log's stream views dropped their hole: their sizes shrank
+    removals: int = 0  # Log.removals
 
     @classmethod
     def of(cls, lg: Log, rebases: int = 0) -> LogState:
+        # removals first: it is counted after the segment list changes, so a list read after it is no
+        # older than the count (a state whose count lags its list differs from the next one: seen again)
+        removals = lg.removals
         segments = tuple((s.base_offset, s.uid) for s in lg.segments)
-        return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases)
+        return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals)
 
     @property
     def active_base(self) -> int:
@@ -178,6 +213,19 @@ class LogState:
 
 #: at most this many by-offset paths invalidated one by one per change once the notes overflowed
 _MAX_RANGE_INVALIDATIONS = 1 << 20
+#: pending second invalidations per log; past it they merge into one that invalidates every noted path
+_MAX_REPLAYS = 16
+
+
+@dataclass(eq=False)
+class _Replay:
+    """A change that removed offsets, invalidated again at each check until the requests that may
+    have answered from before it all reached the kernel (see the module doc)."""
+
+    old: LogState | None
+    new: LogState
+    horizon: int  # requests numbered below it began before the change was seen
+    answered: bool = False  # at the previous check every one of them had its answer
 
 
 class Notifier:
@@ -192,10 +240,10 @@ class Notifier:
         self.invalidate = invalidate
         self.interval = interval
         self._states: dict[str, LogState] = {}
-        #: changes that moved or replaced offsets, invalidated once more at the next check: a request
-        #: that read the old segment list just before the change may answer (and the kernel cache its
-        #: answer) just after the first invalidation
-        self._again: dict[str, tuple[LogState | None, LogState]] = {}
+        #: changes that moved or removed offsets, invalidated again until the requests that began
+        #: before them have answered: one that read the old segment list just before the change may
+        #: answer (and the kernel cache its answer) after the first invalidation
+        self._again: dict[str, list[_Replay]] = {}
         self._names: frozenset[str] = frozenset()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -254,9 +302,7 @@ class Notifier:
             state = LogState.of(lg, self.stream_rebases(name))
             old = self._states.get(name)
             # each change is forgotten only once it was invalidated: one that raised is retried
-            if name in self._again:  # the previous change's second time, before this one's first
-                done += self._log_changed(name, lg, *self._again[name], replay=True)
-                del self._again[name]
+            done += self._replay(name, lg)  # earlier changes again, before this one's first time
             if state != old:
                 same_log = old is not None and old.log_uid == state.log_uid  # else: reopened, all may differ
                 done += self._log_changed(name, lg, old if same_log else None, state)
@@ -265,6 +311,31 @@ class Notifier:
             del self._states[name]
             self._again.pop(name, None)
         return done
+
+    def _replay(self, name: str, lg: Log) -> int:
+        """Invalidate ``name``'s pending changes again; drop those whose requests all answered before
+        the previous check."""
+        replays = self._again.get(name)
+        if not replays:
+            return 0
+        done, pending = 0, []
+        for replay in replays:
+            answered = self.notes.answered_before(replay.horizon)  # before this invalidation
+            done += self._log_changed(name, lg, replay.old, replay.new, replay=True)
+            if not replay.answered:
+                replay.answered = answered
+                pending.append(replay)
+        if pending:
+            self._again[name] = pending
+        else:
+            del self._again[name]
+        return done
+
+    def _schedule_replay(self, name: str, old: LogState | None, new: LogState) -> None:
+        replays = self._again.setdefault(name, [])
+        replays.append(_Replay(old, new, self.notes.horizon()))
+        if len(replays) > _MAX_REPLAYS:  # requests that never answer: one replay of everything noted
+            self._again[name] = [_Replay(None, new, max(r.horizon for r in replays))]
 
     def _paths(self, paths: Iterable[str]) -> int:
         """Invalidate ``paths``; how many the kernel held."""
@@ -279,11 +350,11 @@ class Notifier:
         done = len(notes.growing) - len(growing_gone)
         stale_files, gone_files = self._stale_segment_files(name, lg, notes.segment_files, old, new)
         done += self._paths(stale_files)
-        moved = old is None or old.start != new.start or _replaced(old, new)
+        moved = old is None or old.start != new.start or old.removals != new.removals or _removed(old, new)
         links_gone: list[str] = []
         if moved:
             if not replay:
-                self._again[name] = (old, new)  # once more at the next check
+                self._schedule_replay(name, old, new)
             links_gone = [p for p in notes.time_links if self.invalidate(p) != 0]
             done += len(notes.time_links) - len(links_gone)
             done += self._offsets(name, notes, old, new)
@@ -311,9 +382,10 @@ class Notifier:
         return stale, gone
 
     def _offsets(self, name: str, notes: _LogNotes, old: LogState | None, new: LogState) -> int:
-        """Invalidate the noted by-offset paths that retention or compaction may have removed."""
+        """Invalidate the noted by-offset paths that retention or compaction may have removed (all of
+        them when ``old`` is None: anything may have changed)."""
         doomed = {o for o in notes.offsets if o < new.start}
-        ranges = list(_replaced_ranges(old, new))
+        ranges = list(_removed_ranges(old, new)) if old is not None else [(new.start, new.end)]
         for low, high in ranges:
             doomed |= {o for o in notes.offsets if low <= o < high}
         if notes.lowest_offset is not None:  # the notes overflowed: any offset from it on may be held
@@ -330,17 +402,17 @@ class Notifier:
         return self._paths([*(f"/{name}/by-offset/{o}" for o in sorted(doomed)), *odd])
 
 
-def _replaced(old: LogState, new: LogState) -> bool:
-    """True when a segment kept its base offset but is another object (compaction swapped it)."""
-    return any(True for _ in _replaced_ranges(old, new))
+def _removed(old: LogState, new: LogState) -> bool:
+    """True when a segment of ``old`` is no longer in the log (compaction replaced it, retention
+    deleted it)."""
+    return any(True for _ in _removed_ranges(old, new))
 
 
-def _replaced_ranges(old: LogState | None, new: LogState) -> Iterable[tuple[int, int]]:
-    """The offset ranges of segments that compaction replaced (same base offset, new object)."""
-    if old is None:
-        return
-    before = dict(old.segments)
-    bases = [b for b, _ in new.segments]
-    for index, (base, ident) in enumerate(new.segments):
-        if base in before and before[base] != ident:
-            yield base, bases[index + 1] if index + 1 < len(bases) else new.end
+def _removed_ranges(old: LogState, new: LogState) -> Iterable[tuple[int, int]]:
+    """The offset ranges of ``old``'s segments that left the log. The last one's range runs to the
+    new end: it may have grown, rolled and been cleaned since ``old`` was taken."""
+    kept = set(new.segments)
+    for index, segment in enumerate(old.segments):
+        if segment not in kept:
+            following = old.segments[index + 1][0] if index + 1 < len(old.segments) else new.end
+            yield segment[0], max(following, segment[0])

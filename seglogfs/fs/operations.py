@@ -113,9 +113,16 @@ class SeglogOperations(mfusepy.Operations):
     @fuse_errors
     def getattr(self, path: str, fi: fuse_file_info | None = None) -> dict[str, int]:
         node = node_of(path)
-        attrs = self._kinds[node.kind].getattr(node)
-        if node.kind in self._noted_kinds:  # the kernel keeps this answer for an hour unless told
+        if node.kind not in self._noted_kinds:
+            return self._kinds[node.kind].getattr(node)
+        # the kernel keeps this answer for an hour unless told: note the path, and number the request
+        # so that the notifier knows when every answer computed before a change has reached the kernel
+        ticket = self.notes.begin()
+        try:
+            attrs = self._kinds[node.kind].getattr(node)
             self.notes.note(node, path)
+        finally:
+            self.notes.end(ticket)
         return attrs
 
     @fuse_errors

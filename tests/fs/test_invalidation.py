@@ -162,3 +162,51 @@ def test_log_state_tells_a_compacted_copy_from_the_segment_it_replaced(tmp_path:
         assert before != after and before.log_uid == after.log_uid == lg.uid
         assert all(uid not in uids for base, uid in after.segments if (base, uid) not in before.segments)
         assert lg.removals >= 1
+
+
+def _invalidated_offsets(recorder: _Recorder) -> set[int]:
+    offsets = {int(p.rsplit("/", 1)[1]) for p in recorder.paths if "/by-offset/" in p}
+    recorder.paths.clear()
+    return offsets
+
+
+def test_a_clean_is_invalidated_again_until_the_requests_begun_before_it_answered(tmp_path: Path) -> None:
+    """A lookup that read the old segment list may reach the kernel after any number of invalidations
+    (a loaded machine stalls a thread for longer than a poll interval): the notifier goes on
+    invalidating until it has answered, and once more after, whatever the time it took."""
+    with open_manager(tmp_path, compact_config(), ManualClock()) as manager:
+        lg = manager.create_log("t-0")
+        _fill(lg)
+        notifier, notes, recorder = _notifier(manager)
+        _note(notes, range(0, 30))
+        before = {offset for offset, _, _ in engine_records(lg)}
+        slow = notes.begin()  # a lookup computing its answer from the segment list before the clean
+        _clean(manager)
+        cleaned = {o for o in _cleaned(lg, before) if o < 30}
+        assert cleaned
+        notifier.check()
+        assert cleaned <= _invalidated_offsets(recorder)
+        later = notes.begin()  # begun after the clean was seen: its answer is already the new one
+        for _ in range(5):  # however many checks the slow lookup spans
+            notifier.check()
+            assert cleaned <= _invalidated_offsets(recorder)
+        notes.end(slow)
+        notifier.check()  # it answered before this check: invalidated again ...
+        assert cleaned <= _invalidated_offsets(recorder)
+        notifier.check()  # ... and at the next one, after libfuse sent its reply
+        assert cleaned <= _invalidated_offsets(recorder)
+        notifier.check()  # then the change is done with, though a later request is still in flight
+        assert not _invalidated_offsets(recorder)
+        notes.end(later)
+
+
+def test_offsets_of_any_segment_that_left_the_log_count_as_removed() -> None:
+    """Ranges come from the segments that left, not from bases that reappear: a segment gone from the
+    middle, and the old active segment rolled and cleaned since the last look (to the new end)."""
+    state = invalidation.LogState
+    old = state(1, 0, 250, ((0, 1), (100, 2), (200, 3)))
+    middle_gone = state(1, 0, 250, ((0, 1), (200, 3)))
+    assert list(invalidation._removed_ranges(old, middle_gone)) == [(100, 200)]
+    tail_cleaned = state(1, 0, 400, ((0, 1), (100, 2), (200, 7), (380, 8)))
+    assert list(invalidation._removed_ranges(old, tail_cleaned)) == [(200, 400)]
+    assert not list(invalidation._removed_ranges(old, old))
