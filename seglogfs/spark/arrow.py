@@ -1,9 +1,14 @@
-"""Decoded record columns -> Arrow record batches, in bulk (numpy, then one C++ cast per column).
+"""Decoded record columns -> Arrow record batches, in bulk: numpy over whole flushes, then Arrow C++.
 
-Keys and values stay where the codec left them (slices of each batch's records buffer). Rather
-than gathering bytes in numpy, each column is first described as an Arrow ``binary_view`` array
-(16-byte views pointing into those buffers, one buffer per Kafka batch) and then cast to ``binary``
-by Arrow, which copies each slice once in C++.
+The builder gathers the columns of many Kafka batches and builds only the columns a read asks for
+(:class:`~.schema.ReadColumns`), once per flush of tens of thousands of rows:
+
+- keys and values stay where the codec left them (slices of each batch's records buffer). At flush
+  the buffers are joined into one, and each column is described as a ``binary`` array of 2n
+  elements over that buffer, alternating the wanted slices and the bytes between them (record
+  framing, other fields); Arrow's ``take`` of the even elements then copies each slice once, in C++.
+- offsets, timestamps and the timestamp type are numpy concatenations; topic and partition are
+  repeated scalars.
 """
 
 from __future__ import annotations
@@ -12,140 +17,138 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from seglogfs.records import RecordColumns
 
-from .schema import arrow_schema
+from .schema import ReadColumns
 
-_INLINE = 12  # binary_view: values up to 12 bytes live inside the view itself
+#: flush before the joined buffers pass this many bytes (binary offsets are int32)
+MAX_FLUSH_BYTES = 1 << 30
 
 
-def _heads(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The first 12 bytes at each start (zero-padded past the end of ``data``): (n, 12) uint8."""
-    limit = data.shape[0] - _INLINE
-    if limit < 0:
-        data = np.concatenate([data, np.zeros(_INLINE, np.uint8)])
-        limit = data.shape[0] - _INLINE
-    # A sliding window of the buffer: window[i] is data[i:i+12], without copying.
-    window = np.lib.stride_tricks.as_strided(data, shape=(limit + 1, _INLINE), strides=(1, 1))
-    heads = window[np.minimum(starts, limit)]
-    if starts.shape[0] == 0 or int(starts.max()) <= limit:
-        return heads
-    for i in np.flatnonzero(starts > limit).tolist():  # only values in the buffer's last 12 bytes
-        tail = data[int(starts[i]) :]
-        heads[i] = 0
-        heads[i, : tail.shape[0]] = tail[:_INLINE]
-    return heads
+def binary_column(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """``data[starts[i]:starts[i] + lengths[i]]`` for each i as a ``binary`` array (null for length -1).
+
+    Slices must not overlap and must ascend, as keys (or values) of consecutive records do.
+    """
+    n = lengths.shape[0]
+    nulls = lengths < 0
+    if nulls.all():
+        return pa.nulls(n, pa.binary())
+    begin = np.where(nulls, 0, starts).astype(np.int64, copy=False)
+    bounds = np.empty(2 * n + 1, dtype=np.int64)
+    bounds[0 : 2 * n : 2] = begin
+    bounds[1 : 2 * n : 2] = begin + np.maximum(lengths, 0)
+    bounds[2 * n] = bounds[2 * n - 1]
+    # A null's slice becomes an empty one where the previous slice ended: the bounds stay ascending.
+    np.maximum.accumulate(bounds, out=bounds)
+    framed = pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(bounds.astype(np.int32)), data])
+    picked = pc.take(framed, pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    if not nulls.any():
+        return picked
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, *picked.buffers()[1:]])
 
 
 @dataclass
-class _BinaryColumn:
-    """One binary column gathered from many batch buffers, built at flush as binary_view -> binary."""
+class _Collected:
+    """The parts of the Kafka batches added since the last flush (only the wanted columns)."""
 
-    heads: list[np.ndarray] = field(default_factory=list)
-    starts: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
-    buffer_ids: list[np.ndarray] = field(default_factory=list)
-    all_null: bool = True
-
-    def add(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, buffer_index: int) -> None:
-        n = lengths.shape[0]
-        null = bool((lengths < 0).all())
-        self.all_null = self.all_null and null
-        self.heads.append(np.zeros((n, _INLINE), np.uint8) if null else _heads(data, starts))
-        self.starts.append(starts)
-        self.lengths.append(lengths)
-        self.buffer_ids.append(np.full(n, buffer_index, dtype=np.int32))
-
-    def build(self, buffers: list[pa.Buffer], n: int) -> pa.Array:
-        if self.all_null:
-            return pa.nulls(n, pa.binary())
-        lengths = np.concatenate(self.lengths)
-        lens = np.maximum(lengths, 0).astype(np.int32)
-        heads = np.concatenate(self.heads)
-        views = np.empty((n, 4), dtype=np.int32)
-        raw = views.view(np.uint8).reshape(n, 16)
-        small = lens <= _INLINE
-        # Inline values: the bytes themselves, zero-padded; others: 4-byte prefix, buffer, offset.
-        raw[:, 4:16] = heads
-        ids, starts = np.concatenate(self.buffer_ids), np.concatenate(self.starts)
-        if small.any():
-            raw[small, 4:16] *= np.arange(_INLINE, dtype=np.int32)[None, :] < lens[small, None]
-            big = ~small
-            views[big, 2] = ids[big]
-            views[big, 3] = starts[big]
-        else:
-            views[:, 2] = ids
-            views[:, 3] = starts
-        views[:, 0] = lens
-        nulls = lengths < 0
-        arr = pa.Array.from_buffers(pa.binary_view(), n, [_validity(nulls), pa.py_buffer(views), *buffers])
-        return arr.cast(pa.binary())
-
-
-def _validity(null_mask: np.ndarray) -> pa.Buffer | None:
-    if not null_mask.any():
-        return None
-    return pa.py_buffer(np.packbits(~null_mask, bitorder="little"))
+    buffers: list[np.ndarray] = field(default_factory=list)
+    key_starts: list[np.ndarray] = field(default_factory=list)
+    key_lengths: list[np.ndarray] = field(default_factory=list)
+    value_starts: list[np.ndarray] = field(default_factory=list)
+    value_lengths: list[np.ndarray] = field(default_factory=list)
+    offsets: list[np.ndarray] = field(default_factory=list)
+    timestamps: list[np.ndarray] = field(default_factory=list)
+    ts_types: list[tuple[int, int]] = field(default_factory=list)  # (rows, type) per batch
+    headers: list = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
 
 
 class BatchBuilder:
-    """Collects the columns of many Kafka batches of one log and emits Spark-shaped RecordBatches."""
+    """Collects the columns of many Kafka batches of one log and emits Spark-shaped RecordBatches
+    holding only ``columns`` (all of Spark's Kafka columns by default)."""
 
-    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+    def __init__(self, topic: str, partition: int, columns: ReadColumns) -> None:
         self.topic = topic
         self.partition = partition
-        self.include_headers = include_headers
-        self.schema = arrow_schema(include_headers)
-        self._reset()
+        self.columns = columns
+        self.schema = self.columns.arrow
+        wanted = set(self.columns.names)
+        self._bytes = bool(wanted & {"key", "value"})
+        self._wanted = wanted
+        self._parts = _Collected()
 
-    def _reset(self) -> None:
-        self.rows = 0
-        self._buffers: list[pa.Buffer] = []
-        self._keys = _BinaryColumn()
-        self._values = _BinaryColumn()
-        self._offsets: list[np.ndarray] = []
-        self._timestamps: list[np.ndarray] = []
-        self._ts_types: list[np.ndarray] = []
-        self._headers: list = []
+    @property
+    def rows(self) -> int:
+        return self._parts.rows
+
+    @property
+    def full(self) -> bool:
+        """True when the collected bytes call for a flush whatever the row count."""
+        return self._parts.nbytes >= MAX_FLUSH_BYTES
 
     def add(self, columns: RecordColumns) -> None:
         """Add the (already offset-filtered) records of one batch."""
         n = len(columns)
         if n == 0:
             return
-        index = len(self._buffers)
-        data = columns.data
-        self._buffers.append(pa.py_buffer(data))
-        self._keys.add(data, columns.key_starts, columns.key_lengths, index)
-        self._values.add(data, columns.value_starts, columns.value_lengths, index)
-        self._offsets.append(columns.offsets)
-        self._timestamps.append(columns.timestamps)
-        self._ts_types.append(np.full(n, int(columns.timestamp_type), dtype=np.int32))
-        if self.include_headers:
+        parts, wanted = self._parts, self._wanted
+        if self._bytes:
+            shift = parts.nbytes
+            parts.buffers.append(columns.data)
+            parts.nbytes += columns.data.shape[0]
+            if "key" in wanted:
+                parts.key_starts.append(columns.key_starts + shift)
+                parts.key_lengths.append(columns.key_lengths)
+            if "value" in wanted:
+                parts.value_starts.append(columns.value_starts + shift)
+                parts.value_lengths.append(columns.value_lengths)
+        if "offset" in wanted:
+            parts.offsets.append(columns.offsets)
+        if "timestamp" in wanted:
+            parts.timestamps.append(columns.timestamps)
+        if "timestampType" in wanted:
+            parts.ts_types.append((n, int(columns.timestamp_type)))
+        if "headers" in wanted:
             if columns.headers is None:
-                self._headers.extend([None] * n)
+                parts.headers.extend([None] * n)
             else:
-                self._headers.extend([list(h) if h else None for h in columns.headers])
-        self.rows += n
+                parts.headers.extend([list(h) if h else None for h in columns.headers])
+        parts.rows += n
 
     def flush(self) -> pa.RecordBatch | None:
         """The collected rows as one RecordBatch (None when empty); the builder starts over."""
-        n = self.rows
+        parts, n = self._parts, self._parts.rows
         if n == 0:
             return None
-        offsets = np.concatenate(self._offsets).astype(np.int64, copy=False)
-        timestamps = np.concatenate(self._timestamps).astype(np.int64, copy=False) * 1000
-        arrays = [
-            self._keys.build(self._buffers, n),
-            self._values.build(self._buffers, n),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            pa.array(offsets),
-            pa.array(timestamps, type=pa.int64()).view(pa.timestamp("us", tz="UTC")),
-            pa.array(np.concatenate(self._ts_types)),
-        ]
-        if self.include_headers:
-            arrays.append(pa.array(self._headers, type=self.schema.field("headers").type))
-        self._reset()
+        self._parts = _Collected()
+        data = pa.py_buffer(np.concatenate(parts.buffers)) if self._bytes else None
+        arrays = [self._column(name, parts, n, data) for name in self.columns.names]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _column(self, name: str, parts: _Collected, n: int, data: pa.Buffer | None) -> pa.Array:
+        if name == "key":
+            return binary_column(data, _joined(parts.key_starts), _joined(parts.key_lengths))
+        if name == "value":
+            return binary_column(data, _joined(parts.value_starts), _joined(parts.value_lengths))
+        if name == "topic":
+            return pa.repeat(pa.scalar(self.topic, pa.string()), n)
+        if name == "partition":
+            return pa.repeat(pa.scalar(self.partition, pa.int32()), n)
+        if name == "offset":
+            return pa.array(_joined(parts.offsets))
+        if name == "timestamp":
+            micros = _joined(parts.timestamps) * 1000
+            return pa.array(micros, type=pa.int64()).view(pa.timestamp("us", tz="UTC"))
+        if name == "timestampType":
+            counts, types = zip(*parts.ts_types, strict=True)
+            return pa.array(np.repeat(np.array(types, dtype=np.int32), counts))
+        return pa.array(parts.headers, type=self.schema.field(self.columns.names.index(name)).type)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64, copy=False)

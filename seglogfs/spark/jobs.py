@@ -5,11 +5,15 @@
                           [--min-partitions N] [--mode errorifexists|overwrite|append]
                           [--isolation read_uncommitted|read_committed]
                           [--no-fail-on-data-loss] [--master URL]
+    seglogfs spark export PATH --output DIR --incremental [--max-offsets-per-trigger N] [...]
     seglogfs spark verify PATH... [--master URL] [--parallelism N]
 
 ``export`` writes the records of a log, a set of logs or a time range to Parquet, in the ``seglog``
 schema (key, value, topic, partition, offset, timestamp, timestampType[, headers]), partitioned by
-``topic`` and ``partition``. ``verify`` runs the engine's verifier (:mod:`seglogfs.verifier`: every
+``topic`` and ``partition``; with ``--incremental`` only what earlier runs did not export, partitioned
+by ``topic``, ``partition`` and UTC ``date`` (:mod:`seglogfs.spark.archive`).
+
+``verify`` runs the engine's verifier (:mod:`seglogfs.verifier`: every
 batch CRC, every record, every ``.index`` / ``.timeindex`` entry) over many logs in parallel (one
 task per log), prints a summary table per log and every problem with its file and byte position,
 and exits 1 when anything is wrong.
@@ -152,7 +156,13 @@ class StageProgress:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Read with the seglog source, write Parquet."""
+    """Read with the seglog source, write Parquet (``--incremental``: :mod:`.archive`)."""
+    if args.incremental:
+        from .archive import run_incremental_export
+
+        return run_incremental_export(args)
+    if args.max_offsets_per_trigger is not None:
+        raise ValueError("--max-offsets-per-trigger: only valid with --incremental")
     spark, owned = make_session(args.master, "seglogfs-export")
     try:
         # A time window over many logs: logs with no record that late contribute nothing.
@@ -178,7 +188,7 @@ def run_export(args: argparse.Namespace) -> int:
         started = time.monotonic()
         df = reader.load(args.path)
         with StageProgress(spark, "export"):
-            df.write.mode(args.mode).partitionBy("topic", "partition").parquet(args.output)
+            df.write.mode(args.mode or "errorifexists").partitionBy("topic", "partition").parquet(args.output)
         rows = spark.read.parquet(args.output).count()
         print(f"exported to {args.output}: {rows} records in parquet, {time.monotonic() - started:.1f} s")
         return 0
@@ -283,7 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--min-partitions", type=int)
     exp.add_argument("--include-headers", action="store_true")
     exp.add_argument(
-        "--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append", "ignore"]
+        "--mode",
+        choices=["errorifexists", "overwrite", "append", "ignore"],
+        help="when --output exists (default errorifexists; not with --incremental)",
+    )
+    exp.add_argument(
+        "--incremental",
+        action="store_true",
+        help="export only what earlier runs did not (checkpoint in OUTPUT/_checkpoint), partitioned "
+        "by topic, partition and UTC date; for cron or the seglogfs-export.timer",
+    )
+    exp.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        help="with --incremental: at most this many offsets per micro-batch (smaller commits)",
     )
     exp.add_argument(
         "--no-fail-on-data-loss",

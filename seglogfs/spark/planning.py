@@ -3,14 +3,17 @@
 Logs are opened through the engine, read-only (:func:`open_logs`): no lock, no file changed, index
 files copied rather than mapped, so planning works while a daemon appends, rolls and trims. Bounds:
 
-- offsets come from ``startingOffsets`` / ``endingOffsets`` (see :mod:`.options`) or from
-  ``startingTimestamp`` / ``endingTimestamp``, which the engine resolves through each segment's
-  ``.timeindex`` then ``.index`` (``Log.offset_for_timestamp``);
+- offsets come, in Spark's Kafka order of precedence, from ``startingTimestamp`` (one time for every
+  log), ``startingOffsetsByTimestamp`` (a time per log) or ``startingOffsets`` (likewise for the
+  end); times are resolved by the engine through each segment's ``.timeindex`` then ``.index``
+  (``Log.offset_for_timestamp``);
 - each segment overlapping ``[start, end)`` becomes one task, whose first byte position is the
   engine's ``find_batch`` (``.index`` lookup plus a header scan), so a task reads only the bytes it
   needs;
-- ``minPartitions`` splits large tasks further, at ``.index`` entries (batch boundaries), in
-  proportion to their record counts (Spark's KafkaOffsetRangeCalculator rule).
+- ``maxRecordsPerPartition`` cuts tasks at exact offsets so none spans more offsets than that (each
+  piece starts scanning at the ``.index`` entry at or before its first offset); then
+  ``minPartitions`` splits large tasks further, at ``.index`` entries (batch boundaries), in
+  proportion to their record counts (the order Spark's Kafka source documents).
 
 Tasks carry picklable snapshots (:class:`~.scan.SegmentSlice`), never a ``Log``.
 """
@@ -18,6 +21,7 @@ Tasks carry picklable snapshots (:class:`~.scan.SegmentSlice`), never a ``Log``.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -33,7 +37,16 @@ from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.segment import LogSegment
 from seglogfs.transaction_index import AbortedTxn
 
-from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions, parse_offsets
+from .options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    TimestampSpec,
+    parse_offsets,
+    timestamp_bound,
+)
 from .scan import SegmentSlice, report_data_loss
 
 log = logging.getLogger("seglogfs.spark")
@@ -88,8 +101,8 @@ def readable_end(lg: Log, isolation: Isolation) -> int:
 
 
 def select_log_dirs(path: str, opts: ReadOptions) -> list[Path]:
-    """The log dirs to read (the engine's :func:`find_log_dirs`), narrowed by the ``logs`` / ``topics``
-    options."""
+    """The log dirs to read (the engine's :func:`find_log_dirs`), narrowed by the ``logs`` option and
+    then by one of ``subscribe`` (``topics``), ``subscribePattern`` or ``assign``."""
     dirs = find_log_dirs(path)
     if opts.logs is not None:
         by_name = {d.name: d for d in dirs}
@@ -100,6 +113,16 @@ def select_log_dirs(path: str, opts: ReadOptions) -> list[Path]:
     if opts.topics is not None:
         wanted = set(opts.topics)
         dirs = [d for d in dirs if parse_log_dir_name(d.name)[0] in wanted or d.name in wanted]
+    if opts.topic_pattern is not None:
+        pattern = re.compile(opts.topic_pattern)
+        dirs = [d for d in dirs if pattern.fullmatch(parse_log_dir_name(d.name)[0])]
+    if opts.assign is not None:
+        by_partition = {parse_log_dir_name(d.name): d for d in dirs}
+        wanted_parts = [(topic, part) for topic, parts in opts.assign.items() for part in parts]
+        missing = [f"{topic}-{part}" for topic, part in wanted_parts if (topic, part) not in by_partition]
+        if missing:
+            raise OptionError(f"option assign: no log for {', '.join(missing)} under {path}")
+        dirs = [by_partition[key] for key in dict.fromkeys(wanted_parts)]
     return dirs
 
 
@@ -155,6 +178,43 @@ def offset_for_timestamp(lg: Log, timestamp_ms: int, isolation: Isolation = READ
 # ------------------------------------------------------------------------------------ bounds
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """Where the options ask each log's read to start and end (timestamps win over offsets)."""
+
+    starting: OffsetSpec
+    ending: OffsetSpec
+    start_times: TimestampSpec | None = None
+    end_times: TimestampSpec | None = None
+
+
+def parse_bounds(
+    options: Mapping[str, str],
+    opts: ReadOptions,
+    log_names: Mapping[tuple[str, int], str],
+    *,
+    streaming: bool = False,
+) -> Bounds:
+    """The start and end options of a batch read (or the start of a stream), checked against the
+    logs read; batch reads refuse a ``latest`` start and an ``earliest`` end, as Kafka does."""
+    start_times = timestamp_bound(
+        options, "startingTimestamp", opts.starting_timestamp, "startingOffsetsByTimestamp", log_names
+    )
+    if streaming:
+        starting = parse_offsets(options, "startingoffsets", LATEST, log_names)
+        return Bounds(starting, OffsetSpec(LATEST), start_times)
+    starting = parse_offsets(options, "startingoffsets", EARLIEST, log_names)
+    ending = parse_offsets(options, "endingoffsets", LATEST, log_names)
+    if starting.default == LATEST and not starting.per_log and start_times is None:
+        raise OptionError("option startingOffsets: latest is not allowed for a batch query")
+    end_times = timestamp_bound(
+        options, "endingTimestamp", opts.ending_timestamp, "endingOffsetsByTimestamp", log_names
+    )
+    if ending.default == EARLIEST and not ending.per_log and end_times is None:
+        raise OptionError("option endingOffsets: earliest is not allowed for a batch query")
+    return Bounds(starting, ending, start_times, end_times)
+
+
 def _resolve_bound(lg: Log, value: int, log_end: int) -> int:
     if value == EARLIEST:
         return lg.start_offset
@@ -163,35 +223,41 @@ def _resolve_bound(lg: Log, value: int, log_end: int) -> int:
     return value
 
 
-def resolve_range(
-    lg: Log,
-    opts: ReadOptions,
-    starting: OffsetSpec,
-    ending: OffsetSpec,
-    *,
-    strategy: str = "error",
-) -> tuple[int, int]:
+def start_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
+    """Where a read of ``lg`` starts: the first record at or after its start time (through the time
+    index), with ``startingOffsetsByTimestampStrategy`` deciding when there is none, else the
+    starting offset."""
+    log_end = readable_end(lg, opts.isolation)
+    stamp = bounds.start_times.for_log(lg.name) if bounds.start_times else None
+    if stamp is None:
+        return _resolve_bound(lg, bounds.starting.for_log(lg.name), log_end)
+    found = offset_for_timestamp(lg, stamp, opts.isolation)
+    if found is not None:
+        return found
+    if opts.timestamp_strategy == "latest":
+        return log_end
+    assert bounds.start_times is not None
+    raise OptionError(
+        f"option {bounds.start_times.option}: log {lg.name} has no record at or after timestamp {stamp} "
+        "(set startingOffsetsByTimestampStrategy=latest to start at its end instead)"
+    )
+
+
+def end_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
+    """Where a batch read of ``lg`` ends: the first record at or after its end time (the log end when
+    there is none, as Kafka), else the ending offset."""
+    log_end = readable_end(lg, opts.isolation)
+    stamp = bounds.end_times.for_log(lg.name) if bounds.end_times else None
+    if stamp is None:
+        return _resolve_bound(lg, bounds.ending.for_log(lg.name), log_end)
+    found = offset_for_timestamp(lg, stamp, opts.isolation)
+    return log_end if found is None else found
+
+
+def resolve_range(lg: Log, opts: ReadOptions, bounds: Bounds) -> tuple[int, int]:
     """``[start, end)`` of one log for a batch read, with Kafka's rules and data-loss handling."""
     log_start, log_end = lg.start_offset, readable_end(lg, opts.isolation)
-    if opts.starting_timestamp is not None:
-        found = offset_for_timestamp(lg, opts.starting_timestamp, opts.isolation)
-        if found is not None:
-            start = found
-        else:
-            if strategy == "latest":
-                start = log_end
-            else:
-                raise OptionError(
-                    f"startingTimestamp {opts.starting_timestamp}: log {lg.name} has no record at or after "
-                    "it (set startingOffsetsByTimestampStrategy=latest to start at its end instead)"
-                ) from None
-    else:
-        start = _resolve_bound(lg, starting.for_log(lg.name), log_end)
-    if opts.ending_timestamp is not None:
-        found = offset_for_timestamp(lg, opts.ending_timestamp, opts.isolation)
-        end = log_end if found is None else found
-    else:
-        end = _resolve_bound(lg, ending.for_log(lg.name), log_end)
+    start, end = start_offset(lg, opts, bounds), end_offset(lg, opts, bounds)
     if start < log_start:
         report_data_loss(
             f"log {lg.name}: starting offset {start} is before the log start offset {log_start}",
@@ -204,7 +270,7 @@ def resolve_range(
         )
         end = log_end
     if start > end:
-        if opts.starting_timestamp is not None or opts.ending_timestamp is not None:
+        if bounds.start_times is not None or bounds.end_times is not None:
             return start, start  # a time window with no records in this log
         raise OptionError(f"log {lg.name}: starting offset {start} is after ending offset {end}")
     return start, end
@@ -290,24 +356,59 @@ def _split(task: SegmentSlice, parts: int, seg: LogSegment) -> list[SegmentSlice
     return pieces
 
 
+def _split_every(task: SegmentSlice, limit: int, seg: LogSegment) -> list[SegmentSlice]:
+    """``task`` cut at exact offsets into pieces of at most ``limit`` offsets; each piece starts
+    scanning at the ``.index`` entry at or before its first offset (a batch straddling a cut is
+    scanned by both pieces, each keeping only its own offsets)."""
+    if task.records_hint <= limit:
+        return [task]
+    cuts = np.arange(task.start_offset + limit, task.end_offset, limit, dtype=np.int64)
+    offsets, positions = seg.offset_index.to_arrays()
+    slots = np.searchsorted(offsets, cuts, side="right") - 1
+    starts = np.zeros(cuts.size, dtype=np.int64)
+    found = slots >= 0
+    starts[found] = positions[slots[found]]
+    starts = np.maximum(starts, task.position)
+    lows = [task.start_offset, *cuts.tolist()]
+    highs = [*cuts.tolist(), task.end_offset]
+    first_positions = [task.position, *starts.tolist()]
+    return [
+        replace(task, position=pos, start_offset=lo, end_offset=hi)
+        for lo, hi, pos in zip(lows, highs, first_positions, strict=True)
+    ]
+
+
 def split_for_min_partitions(
-    logs: Sequence[Log], tasks: list[SegmentSlice], min_partitions: int | None
+    segments: Mapping[tuple[str, int], LogSegment], tasks: list[SegmentSlice], min_partitions: int | None
 ) -> list[SegmentSlice]:
     """Spark's Kafka rule: when fewer tasks than ``minPartitions``, split the large ones in proportion.
 
-    ``logs`` are the open logs the tasks were planned from (their segments' indexes give the cuts).
+    ``segments``: (log name, base offset) -> the open segment each task was planned from (its index
+    gives the cuts).
     """
     if not min_partitions or len(tasks) >= min_partitions or not tasks:
         return tasks
     total = sum(t.records_hint for t in tasks)
     if total <= 0:
         return tasks
-    segments = {(lg.name, s.base_offset): s for lg in logs for s in lg.segments}
     out = []
     for task in tasks:
         parts = max(round(task.records_hint / total * min_partitions), 1)
         out.extend(_split(task, min(parts, max(task.records_hint, 1)), segments[task.log, task.base_offset]))
     return out
+
+
+def split_tasks(logs: Sequence[Log], tasks: list[SegmentSlice], opts: ReadOptions) -> list[SegmentSlice]:
+    """``maxRecordsPerPartition`` first, then ``minPartitions`` over the result (Spark's Kafka order:
+    the count is about the larger of total / maxRecordsPerPartition and minPartitions).
+
+    ``logs`` are the open logs the tasks were planned from.
+    """
+    segments = {(lg.name, s.base_offset): s for lg in logs for s in lg.segments}
+    limit = opts.max_records_per_partition
+    if limit:
+        tasks = [piece for t in tasks for piece in _split_every(t, limit, segments[t.log, t.base_offset])]
+    return split_for_min_partitions(segments, tasks, opts.min_partitions)
 
 
 # ------------------------------------------------------------------------------------ batch plan
@@ -333,24 +434,15 @@ def plan_batch(
     after its bounds are resolved; ``ranges`` keeps the resolved, un-narrowed ranges.
     """
     dirs = select_log_dirs(path, opts)
-    names = log_names_by_topic(dirs)
-    starting = parse_offsets(options, "startingoffsets", EARLIEST, names)
-    ending = parse_offsets(options, "endingoffsets", LATEST, names)
-    if starting.default == LATEST and not starting.per_log:
-        raise OptionError("option startingOffsets: latest is not allowed for a batch query")
-    if ending.default == EARLIEST and not ending.per_log:
-        raise OptionError("option endingOffsets: earliest is not allowed for a batch query")
-    strategy = str(options.get("startingoffsetsbytimestampstrategy", "error")).lower()
-    if strategy not in ("error", "latest"):
-        raise OptionError(f"option startingOffsetsByTimestampStrategy={strategy!r}: expected error or latest")
+    bounds = parse_bounds(options, opts, log_names_by_topic(dirs))
     lo, hi = offset_bounds
     tasks: list[SegmentSlice] = []
     ranges: dict[str, tuple[int, int]] = {}
     with open_logs(dirs) as logs:
         for lg in logs:
-            start, end = resolve_range(lg, opts, starting, ending, strategy=strategy)
+            start, end = resolve_range(lg, opts, bounds)
             ranges[lg.name] = (start, end)
             start = start if lo is None else max(start, lo)
             end = end if hi is None else min(end, hi)
             tasks.extend(slices_for_range(lg, start, end, opts.isolation))
-        return BatchPlan(split_for_min_partitions(logs, tasks, opts.min_partitions), ranges)
+        return BatchPlan(split_tasks(logs, tasks, opts), ranges)

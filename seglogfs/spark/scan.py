@@ -26,6 +26,7 @@ from seglogfs.segment import Damage, LogSegment
 from seglogfs.transaction_index import AbortedTxn
 
 from .arrow import BatchBuilder
+from .schema import ReadColumns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -142,17 +143,18 @@ def _slice_columns(
 
 def read_slice(
     task: SegmentSlice | None,
-    include_headers: bool = False,
+    columns: ReadColumns,
     fail_on_data_loss: bool = True,
     max_rows: int = 65_536,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow RecordBatches (Spark's Kafka schema) of one slice; nothing for ``None``."""
+    """Arrow RecordBatches of one slice holding ``columns``, of ``max_rows`` rows but the last;
+    nothing for ``None``."""
     if task is None:
         return
-    builder = BatchBuilder(task.topic, task.partition, include_headers)
-    for columns in iter_slice_columns(task, fail_on_data_loss):
-        builder.add(columns)
-        if builder.rows >= max_rows:
+    builder = BatchBuilder(task.topic, task.partition, columns)
+    for decoded in iter_slice_columns(task, fail_on_data_loss):
+        builder.add(decoded)
+        if builder.rows >= max_rows or builder.full:
             batch = builder.flush()
             if batch is not None:
                 yield batch

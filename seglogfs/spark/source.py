@@ -4,17 +4,29 @@ Read options (all optional but ``path``):
 
 =================================  =========================================================
 ``path``                           a log dir, or a data dir (every log in it)
-``logs`` / ``topics``              comma-separated log names / topic names to read from a data dir
+``logs``                           comma-separated log names to read from a data dir
+``subscribe`` / ``topics``         comma-separated topic names (one of assign / subscribe /
+                                   subscribePattern, as Kafka)
+``subscribePattern``               a regular expression matching whole topic names
+``assign``                         JSON ``{"topic": [0, 1]}``: exactly those partitions
 ``startingOffsets``                ``earliest`` (batch default), ``latest`` (stream default) or JSON
 ``endingOffsets``                  ``latest`` (default) or JSON; batch only
-``startingTimestamp``              epoch ms or ISO-8601; wins over ``startingOffsets``
-``endingTimestamp``                epoch ms or ISO-8601; wins over ``endingOffsets``; batch only
+``startingTimestamp``              epoch ms or ISO-8601; wins over the two options below
+``startingOffsetsByTimestamp``     JSON of epoch ms per partition (every log read must be named);
+                                   wins over ``startingOffsets``
+``endingTimestamp``                epoch ms or ISO-8601; wins over the two options below; batch only
+``endingOffsetsByTimestamp``       JSON of epoch ms per partition; wins over ``endingOffsets``; batch only
 ``startingOffsetsByTimestampStrategy``  ``error`` (default) or ``latest`` when no record is that late
-``minPartitions``                  split large segments so that there are at least this many tasks
+``minPartitions``                  split large segments so that there are about this many tasks
+``maxRecordsPerPartition``         no task spans more offsets than this (then ``minPartitions``)
 ``failOnDataLoss``                 ``true`` (default): error when wanted records are gone or corrupt;
                                    ``false``: log a warning and skip them
 ``includeHeaders``                 ``true`` adds the ``headers`` column
+(schema)                           ``.schema("offset bigint, value binary")``: any subset of the
+                                   Kafka columns, any order, types as Kafka's; only those are built
 ``maxOffsetsPerTrigger``           streaming: at most this many offsets per micro-batch
+``minOffsetsPerTrigger``           streaming: hold a trigger back until this many new offsets...
+``maxTriggerDelay``                ...or this long since the last one (default ``15m``)
 ``pushFilters``                    ``true``: use ``offset`` / ``timestamp`` filters to prune tasks
                                    (needs ``spark.sql.python.filterPushdown.enabled``; see README)
 ``maxBatchRows``                   rows per Arrow batch handed to Spark (default 65536)
@@ -48,7 +60,8 @@ from pyspark.sql.types import StructType
 
 from .options import OptionError, ReadOptions, lowered
 from .scan import SegmentSlice, read_slice
-from .schema import spark_schema
+from .schema import ReadColumns, read_columns, spark_schema
+from .stream import SeglogStreamReader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,15 +85,16 @@ class SeglogDataSource(DataSource):
         return spark_schema(ReadOptions.parse(self.options).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader, building only the columns of ``schema`` (the caller's, when given)."""
         options = lowered(self.options)
+        columns = read_columns(schema)
         if ReadOptions.parse(options).push_filters:
-            return SeglogPushdownReader(options)
-        return SeglogReader(options)
+            return SeglogPushdownReader(options, columns)
+        return SeglogReader(options, columns)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import SeglogStreamReader
-
-        return SeglogStreamReader(lowered(self.options))
+        """The micro-batch reader, building only the columns of ``schema``."""
+        return SeglogStreamReader(lowered(self.options), read_columns(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import SeglogWriter
@@ -93,9 +107,10 @@ class SeglogDataSource(DataSource):
 class SeglogReader(DataSourceReader):
     """Batch reader: tasks are planned in ``partitions()`` on the driver, read in executors."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: ReadColumns | None = None) -> None:
         self.options = options
         self.opts = ReadOptions.parse(options)
+        self.columns = columns or ReadColumns.full(self.opts.include_headers)
         self.offset_bounds: tuple[int | None, int | None] = (None, None)
         self.time_bounds: tuple[int | None, int | None] = (None, None)
 
@@ -108,9 +123,7 @@ class SeglogReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentSlice):
             return iter(())  # Spark turns an empty plan into one InputPartition(None)
-        return read_slice(
-            partition, self.opts.include_headers, self.opts.fail_on_data_loss, self.opts.max_batch_rows
-        )
+        return read_slice(partition, self.columns, self.opts.fail_on_data_loss, self.opts.max_batch_rows)
 
 
 class SeglogPushdownReader(SeglogReader):

@@ -1,11 +1,17 @@
 """Streaming reads: the stream offsets are log offsets, ``{"<log name>": next_offset}``.
 
-- A fresh query starts at ``startingOffsets`` (default ``latest``; ``earliest`` or JSON as for batch
-  reads, or ``startingTimestamp``). A restart resumes from the checkpointed offsets exactly.
+- A fresh query starts at ``startingTimestamp``, else ``startingOffsetsByTimestamp``, else
+  ``startingOffsets`` (default ``latest``; ``earliest`` or JSON as for batch reads). A restart resumes
+  from the checkpointed offsets exactly. ``endingOffsets`` / ``endingOffsetsByTimestamp`` are refused
+  (as Kafka: a stream has no end).
 - Logs that appear later (a new directory in the data dir) start at their earliest offset.
 - ``maxOffsetsPerTrigger`` caps each micro-batch, shared out across logs in proportion to their
-  backlog without starving small ones (Spark's Kafka rule). ``Trigger.AvailableNow`` reads everything
-  present when the query starts, in capped micro-batches, then stops.
+  backlog without starving small ones (Spark's Kafka rule). ``minOffsetsPerTrigger`` holds a trigger
+  back until that many new offsets are there or ``maxTriggerDelay`` (default 15m) has passed since the
+  last trigger that fired (the first trigger always fires, as Kafka's). ``Trigger.AvailableNow``
+  reads everything present when the query starts, in micro-batches capped by ``maxOffsetsPerTrigger``
+  and never held back, then stops.
+- ``maxRecordsPerPartition`` / ``minPartitions`` split each micro-batch's tasks as for batch reads.
 - Offsets below a log's start offset (removed by retention) are data loss: an error, or a warning and
   a skip to the log start with ``failOnDataLoss=false``.
 """
@@ -13,7 +19,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -21,21 +28,24 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
-from .options import EARLIEST, LATEST, OptionError, ReadOptions, parse_offsets
+from .options import OptionError, ReadOptions
 from .planning import (
     log_names_by_topic,
-    offset_for_timestamp,
     open_logs,
+    parse_bounds,
     readable_end,
     select_log_dirs,
     slices_for_range,
     snapshot_all,
-    split_for_min_partitions,
+    split_tasks,
+    start_offset,
 )
 from .scan import SegmentSlice, read_slice, report_data_loss
+from .schema import ReadColumns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,16 +67,29 @@ def rate_limit(start: dict[str, int], latest: dict[str, int], limit: int) -> dic
     return out
 
 
+#: options Spark's Kafka source refuses in a streaming query (a stream has no end)
+_BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp")
+
+
 class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader over every selected log of ``path``."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: ReadColumns | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``columns``: the Kafka-source columns to build (default: the source's schema)."""
         self.options = options
         self.opts = ReadOptions.parse(options)
+        self.columns = columns or ReadColumns.full(self.opts.include_headers)
         if not options.get("path"):
             raise OptionError("the seglog source needs a path: .load('<data dir or log dir>')")
+        for key in _BATCH_ONLY:
+            if key.lower() in options:
+                raise OptionError(f"option {key}: not valid in streaming queries (a stream has no end)")
         self.path = options["path"]
         self._available_now: dict[str, int] | None = None
+        self._clock = clock  # seconds, monotonic; tests pass a fake one
+        #: when the last trigger was let through (None: none yet, so the first one goes)
+        self._last_trigger: float | None = None
 
     # ------------------------------------------------------------------ offsets
 
@@ -79,26 +102,17 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         dirs = select_log_dirs(self.path, self.opts)
-        spec = parse_offsets(self.options, "startingoffsets", LATEST, log_names_by_topic(dirs))
-        offsets = {}
+        bounds = parse_bounds(self.options, self.opts, log_names_by_topic(dirs), streaming=True)
         with open_logs(dirs) as logs:
-            for lg in logs:
-                log_end = readable_end(lg, self.opts.isolation)
-                if self.opts.starting_timestamp is not None:
-                    found = offset_for_timestamp(lg, self.opts.starting_timestamp, self.opts.isolation)
-                    offsets[lg.name] = log_end if found is None else found
-                    continue
-                value = spec.for_log(lg.name)
-                if value == EARLIEST:
-                    value = lg.start_offset
-                elif value == LATEST:
-                    value = log_end
-                offsets[lg.name] = value
-        return offsets
+            return {lg.name: start_offset(lg, self.opts, bounds) for lg in logs}
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit and its ReadMinRows carries no delay: with both options the
+        # cap travels as ReadMaxRows and the minimum is applied from the options in latestOffset().
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -122,9 +136,31 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name, value in start.items():
             latest.setdefault(name, value)
             begin.setdefault(name, value)
+        # ReadAllAvailable (Trigger.Once) and AvailableNow read everything: holding back would end an
+        # AvailableNow run before its target (ReadMinRows leaves that case to the source).
+        waits = self._available_now is None and not isinstance(limit, ReadAllAvailable)
+        if waits and self._hold_back(begin, latest):
+            return dict(start)  # the same offsets: Spark starts no micro-batch
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         return latest
+
+    def _hold_back(self, begin: dict[str, int], latest: dict[str, int]) -> bool:
+        """Spark's Kafka rule for ``minOffsetsPerTrigger`` / ``maxTriggerDelay``: hold this trigger
+        back while fewer new offsets than the minimum are there, unless the delay has passed since the
+        last trigger let through (the first trigger always goes)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if not minimum:
+            return False
+        now = self._clock()
+        last = self._last_trigger
+        if last is None or (now - last) * 1000 >= self.opts.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        if sum(latest[name] - begin[name] for name in latest) < minimum:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return {name: end for name, (_, end) in self._bounds().items()}
@@ -156,14 +192,12 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
                     hi = log_end
                 tasks.extend(slices_for_range(lg, lo, hi, self.opts.isolation))
-            return list(split_for_min_partitions(logs, tasks, self.opts.min_partitions))
+            return list(split_tasks(logs, tasks, self.opts))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentSlice):
             return iter(())
-        return read_slice(
-            partition, self.opts.include_headers, self.opts.fail_on_data_loss, self.opts.max_batch_rows
-        )
+        return read_slice(partition, self.columns, self.opts.fail_on_data_loss, self.opts.max_batch_rows)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: records stay in the log until its own retention removes them."""

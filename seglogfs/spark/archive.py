@@ -1,0 +1,290 @@
+"""``seglogfs spark export PATH --output DIR --incremental``: keep a Parquet copy of every log current.
+
+Each run is a structured-streaming query over the ``seglog`` source with ``Trigger.AvailableNow``:
+it exports everything the logs hold when it starts and the previous runs did not, then stops.
+
+- Where a run resumes: the stream offsets (log offsets, ``{"<log>": next_offset}``) in the
+  checkpoint ``DIR/_checkpoint``. A fresh output starts at the earliest offset (or ``--start-time`` /
+  ``--starting-offsets``); a log created after the first run starts at its earliest offset.
+- Exactly once: Spark's file sink records the files of every committed micro-batch in
+  ``DIR/_spark_metadata`` and skips a batch it already committed when a killed run's batch is replayed
+  from the checkpoint. Spark reading ``DIR`` reads only those files. Files that a killed run wrote
+  but never committed are deleted by the next run (before and after its query), so once a run has
+  exited 0 every Parquet file under ``DIR`` is committed and any Parquet reader sees each record once.
+- Layout: ``DIR/topic=<t>/partition=<p>/date=<yyyy-mm-dd>/part-*.parquet``, the date being the UTC day
+  of the record timestamp, whatever the session time zone.
+- One run at a time: ``DIR/.seglogfs-export.lock`` (flock, dropped by the kernel when the holder dies).
+  The driver JVM of a killed run outlives its Python process for a moment; its pid is kept in
+  ``DIR/.seglogfs-export.jvm`` and the next run waits for it to be gone before touching ``DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
+
+from seglogfs.errors import LogLockedError
+from seglogfs.lock import LogLock
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+LOCK_FILE = ".seglogfs-export.lock"
+JVM_PID_FILE = ".seglogfs-export.jvm"
+CHECKPOINT_DIR = "_checkpoint"
+SINK_LOG_DIR = "_spark_metadata"
+PARTITION_COLUMNS = ("topic", "partition", "date")
+#: seconds a run waits for the driver JVM of a killed predecessor to exit
+JVM_EXIT_WAIT = 60.0
+#: batch-export options that have no meaning for an incremental export
+_NOT_INCREMENTAL = {
+    "end_time": "--end-time",
+    "ending_offsets": "--ending-offsets",
+    "mode": "--mode",
+}
+
+
+class ExportError(RuntimeError):
+    """An incremental export that cannot run as asked (the message says why and what to do)."""
+
+
+# ------------------------------------------------------------------------------------ the output dir
+
+
+def _jvm_alive(pid: int) -> bool:
+    """True while ``pid`` is a running Spark driver JVM (a reused pid of another program is not)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"org.apache.spark.deploy.SparkSubmit" in cmdline
+
+
+def wait_for_previous_jvm(output: Path, timeout: float = JVM_EXIT_WAIT) -> None:
+    """Wait until the driver JVM recorded by an earlier run is gone; ExportError after ``timeout``."""
+    try:
+        text = (output / JVM_PID_FILE).read_text().strip()
+    except OSError:
+        return
+    if not text.isdigit() or int(text) == _own_jvm_pid_hint():
+        return
+    deadline = time.monotonic() + timeout
+    while _jvm_alive(int(text)):
+        if time.monotonic() > deadline:
+            raise ExportError(
+                f"the Spark driver of an earlier export into {output} (pid {text}) is still running "
+                f"after {timeout:.0f} s: stop it, then run again"
+            )
+        time.sleep(0.2)
+
+
+def _own_jvm_pid_hint() -> int | None:
+    """Our own driver's pid when this process already runs one (an in-process rerun reuses it)."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return None if sc is None else jvm_pid(sc)
+
+
+def jvm_pid(sc: object) -> int:
+    """The pid of the driver JVM behind a SparkContext."""
+    return int(sc._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+
+
+def check_output_is_ours(output: Path) -> None:
+    """Refuse an output that holds something other than an incremental export's own files."""
+    checkpoint = output / CHECKPOINT_DIR
+    ours = {LOCK_FILE, JVM_PID_FILE}
+    others = sorted(p.name for p in output.iterdir() if p.name not in ours)
+    if others and not checkpoint.is_dir():
+        raise ExportError(
+            f"--output {output} is not empty ({', '.join(others[:3])}...) and has no {CHECKPOINT_DIR}/: "
+            "an incremental export needs a new or empty directory, or the output of an earlier one"
+        )
+    sink_log = output / SINK_LOG_DIR
+    has_commits = sink_log.is_dir() and any(p.name[0].isdigit() for p in sink_log.iterdir())
+    offsets = checkpoint / "offsets"
+    if has_commits and not (offsets.is_dir() and any(offsets.iterdir())):
+        raise ExportError(
+            f"--output {output} holds exported batches ({SINK_LOG_DIR}/) but its checkpoint "
+            f"{checkpoint} lost its offsets: resuming would skip or repeat records; export into a new "
+            "directory"
+        )
+
+
+def committed_files(spark: SparkSession, output: Path, schema: StructType) -> set[Path]:
+    """The Parquet files that the file sink's log (``_spark_metadata``) lists as committed."""
+    if not (output / SINK_LOG_DIR).is_dir():
+        return set()
+    # A given schema spares the (empty-log) inference; Spark lists files from the sink log.
+    uris = spark.read.schema(schema).parquet(str(output)).inputFiles()
+    return {Path(unquote(urlparse(uri).path)) for uri in uris}
+
+
+def remove_uncommitted(output: Path, committed: set[Path]) -> list[Path]:
+    """Delete the data files (and their ``.crc`` twins) that no committed batch lists; return them."""
+    removed: list[Path] = []
+    for top in output.iterdir():
+        if top.name.startswith(("_", ".")) or not top.is_dir():
+            continue
+        for root, _dirs, files in os.walk(top, topdown=False):
+            for name in files:
+                data_name = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
+                path = Path(root) / name
+                if data_name.startswith("part-") and Path(root) / data_name not in committed:
+                    path.unlink()
+                    removed.append(path)
+            if not os.listdir(root):
+                os.rmdir(root)
+    return removed
+
+
+# ------------------------------------------------------------------------------------ the query
+
+
+def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.format("seglog")
+        .option("startingOffsets", args.starting_offsets or "earliest")
+        .option("failOnDataLoss", str(not args.no_fail_on_data_loss).lower())
+        .option("includeHeaders", str(bool(args.include_headers)).lower())
+    )
+    for option, value in (
+        ("logs", args.logs),
+        ("topics", args.topics),
+        ("startingTimestamp", args.start_time),
+        ("startingOffsetsByTimestampStrategy", "latest" if args.start_time else None),
+        ("minPartitions", args.min_partitions),
+        ("maxOffsetsPerTrigger", args.max_offsets_per_trigger),
+        ("kafka.isolation.level", args.isolation),
+    ):
+        if value is not None:
+            reader = reader.option(option, str(value))
+    stream = reader.load(args.path)
+    # From the epoch microseconds, not to_date(): that would use the session time zone.
+    day = F.floor(F.unix_micros("timestamp") / F.lit(86_400_000_000)).cast("int")
+    return stream.withColumn("date", F.date_from_unix_date(day))
+
+
+def run_query(stream: DataFrame, output: Path) -> None:
+    """Run the AvailableNow query into ``output``, printing each committed micro-batch to stderr."""
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(output / CHECKPOINT_DIR))
+        .partitionBy(*PARTITION_COLUMNS)
+        .trigger(availableNow=True)
+        .queryName("seglogfs-export")
+        .start()
+    )
+    last_batch = -1
+    while not query.awaitTermination(1):
+        last_batch = _print_progress(query, last_batch)
+    _print_progress(query, last_batch)
+    error = query.exception()
+    if error is not None:
+        raise ExportError(f"the export query failed: {error}")
+    return query
+
+
+def _print_progress(query: StreamingQuery, last_batch: int) -> int:
+    progress = query.lastProgress
+    # A trigger that found nothing new reports the next batch id with 0 rows and commits nothing.
+    if progress and progress["batchId"] > last_batch and progress["numInputRows"]:
+        print(
+            f"[export] batch {progress['batchId']}: {progress['numInputRows']} records",
+            file=sys.stderr,
+            flush=True,
+        )
+        return int(progress["batchId"])
+    return last_batch
+
+
+def summarise_new_files(spark: SparkSession, output: Path, files: Iterable[Path]) -> list[tuple]:
+    """(topic, partition, records, first offset, last offset) over the given committed files."""
+    from pyspark.sql import functions as F
+
+    paths = sorted(str(p) for p in files)
+    if not paths:
+        return []
+    df = spark.read.option("basePath", str(output)).parquet(*paths)
+    rows = (
+        df.groupBy("topic", "partition")
+        .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+        .orderBy("topic", "partition")
+        .collect()
+    )
+    return [(r.topic, r.partition, r.n, r.lo, r.hi) for r in rows]
+
+
+def output_schema(include_headers: bool) -> StructType:
+    """The archive's columns: the seglog schema plus the ``date`` partition column."""
+    from .schema import spark_schema
+
+    return spark_schema(include_headers).add("date", "date")
+
+
+# ------------------------------------------------------------------------------------ the command
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse batch-only options (an incremental export has no end and its own write mode)."""
+    for attr, flag in _NOT_INCREMENTAL.items():
+        if getattr(args, attr, None) is not None:
+            raise ExportError(f"{flag}: not valid with --incremental (each run exports all that is new)")
+
+
+def run_incremental_export(args: argparse.Namespace) -> int:
+    """Export what earlier runs did not; print records per log; 0 on success."""
+    from .jobs import make_session
+
+    check_arguments(args)
+    output = Path(args.output).resolve()
+    output.mkdir(parents=True, exist_ok=True)
+    lock = LogLock(output, LOCK_FILE, "export output")
+    try:
+        lock.acquire()
+    except LogLockedError as err:
+        raise ExportError(f"another incremental export is running: {err}") from None
+    try:
+        wait_for_previous_jvm(output)
+        check_output_is_ours(output)
+        spark, owned = make_session(args.master, "seglogfs-export")
+        try:
+            (output / JVM_PID_FILE).write_text(f"{jvm_pid(spark.sparkContext)}\n")
+            return _export(spark, args, output)
+        finally:
+            if owned:
+                spark.stop()
+    finally:
+        lock.release()
+
+
+def _export(spark: SparkSession, args: argparse.Namespace, output: Path) -> int:
+    started = time.monotonic()
+    schema = output_schema(bool(args.include_headers))
+    before = committed_files(spark, output, schema)
+    for path in remove_uncommitted(output, before):
+        print(f"[export] removed {path}: written by an interrupted run, never committed", file=sys.stderr)
+    run_query(incremental_stream(spark, args), output)
+    after = committed_files(spark, output, schema)
+    remove_uncommitted(output, after)
+    summary = summarise_new_files(spark, output, after - before)
+    total = sum(row[2] for row in summary)
+    print(f"exported {total} new records to {output} in {time.monotonic() - started:.1f} s")
+    for topic, partition, count, first, last in summary:
+        print(f"  {topic}-{partition}: {count} records, offsets {first}..{last}")
+    if not summary:
+        print("  nothing new since the last run")
+    return 0
