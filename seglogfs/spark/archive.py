@@ -126,7 +126,16 @@ def committed_files(spark: SparkSession, output: Path, schema: StructType) -> se
         return set()
     # A given schema spares the (empty-log) inference; Spark lists files from the sink log.
     uris = spark.read.schema(schema).parquet(str(output)).inputFiles()
-    return {Path(unquote(urlparse(uri).path)) for uri in uris}
+    files = {Path(unquote(urlparse(uri).path)) for uri in uris}
+    roots = (output.absolute(), output.resolve())
+    elsewhere = [path for path in files if not any(path.is_relative_to(root) for root in roots)]
+    if elsewhere:  # never take the files here for uncommitted ones: that would delete the archive
+        raise ExportError(
+            f"--output {output}: its {SINK_LOG_DIR}/ lists files under another directory (such as "
+            f"{elsewhere[0]}): the archive was copied or moved, and Spark's sink log keeps absolute "
+            "paths, so it cannot be continued here; export into a new directory, or run at the old path"
+        )
+    return files
 
 
 def remove_uncommitted(output: Path, committed: set[Path]) -> list[Path]:

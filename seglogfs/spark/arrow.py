@@ -25,6 +25,8 @@ from .schema import ReadColumns
 
 #: flush before the joined buffers pass this many bytes (binary offsets are int32)
 MAX_FLUSH_BYTES = 1 << 30
+#: the most bytes one ``binary`` column can slice (its offsets are int32)
+MAX_BINARY_BYTES = (1 << 31) - 1
 
 
 def binary_column(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -90,6 +92,10 @@ class BatchBuilder:
     def full(self) -> bool:
         """True when the collected bytes call for a flush whatever the row count."""
         return self._parts.nbytes >= MAX_FLUSH_BYTES
+
+    def fits(self, columns: RecordColumns) -> bool:
+        """True when ``columns`` can join the collected bytes within Arrow's 32-bit binary offsets."""
+        return not self._bytes or self._parts.nbytes + columns.data.shape[0] <= MAX_BINARY_BYTES
 
     def add(self, columns: RecordColumns) -> None:
         """Add the (already offset-filtered) records of one batch."""

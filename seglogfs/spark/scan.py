@@ -153,6 +153,15 @@ def read_slice(
         return
     builder = BatchBuilder(task.topic, task.partition, columns)
     for decoded in iter_slice_columns(task, fail_on_data_loss):
+        if not builder.fits(decoded):  # flush first: the joined bytes would pass Arrow's 2 GiB
+            batch = builder.flush()
+            if batch is not None:
+                yield batch
+            if not builder.fits(decoded):
+                raise ValueError(
+                    f"a batch of log {task.log} at offset {int(decoded.offsets[0])} ({task.log_path}) "
+                    f"decodes to {decoded.data.shape[0]:,} bytes, over the 2 GiB a Spark binary column holds"
+                )
         builder.add(decoded)
         if builder.rows >= max_rows or builder.full:
             batch = builder.flush()

@@ -83,6 +83,10 @@ class ReadColumns:
         return arrow_schema_of(self.schema)
 
 
+#: columns that hold nulls: a record without a key, a tombstone, a record without headers
+_NULLABLE = frozenset({"key", "value", "headers"})
+
+
 def read_columns(schema: StructType) -> ReadColumns:
     """Check a caller's schema against the Kafka source's columns; raises OptionError naming the
     first unknown, repeated or mistyped column (names match case-insensitively, as Spark's do)."""
@@ -101,6 +105,12 @@ def read_columns(schema: StructType) -> ReadColumns:
             raise OptionError(
                 f"schema: column {field.name!r} has type {field.dataType.simpleString()}, but the Kafka "
                 f"source's {name} column is {expected.simpleString()}"
+            )
+        if name in _NULLABLE and (not field.nullable or (name == "headers" and field.dataType != expected)):
+            # Spark trusts a NOT NULL column and would fold `key IS NULL` to false: refuse it
+            raise OptionError(
+                f"schema: column {field.name!r} must be nullable (a record may have no {name}, or "
+                "a header no value)"
             )
         names.append(name)
     if not names:

@@ -68,7 +68,7 @@ def rate_limit(start: dict[str, int], latest: dict[str, int], limit: int) -> dic
 
 
 #: options Spark's Kafka source refuses in a streaming query (a stream has no end)
-_BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp")
+_BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 
 
 class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -131,6 +131,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             return latest
         begin = {name: start.get(name, bounds[name][0]) for name in latest}
+        self._check_not_behind(start, bounds)
         # Never move backwards (a log end can only grow; a checkpoint may be ahead after data loss).
         latest = {name: max(end, begin[name]) for name, end in latest.items()}
         for name, value in start.items():
@@ -144,6 +145,21 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         return latest
+
+    def _check_not_behind(self, start: dict, bounds: dict[str, tuple[int, int]]) -> None:
+        """Spark's Kafka rule: a log gone, or ending below the offsets already read (deleted and
+        recreated, or truncated), is data loss: an error, or a warning with ``failOnDataLoss=false``
+        (the stream then goes on from where it was)."""
+        for name, offset in start.items():
+            if name not in bounds:
+                report_data_loss(f"log {name} is gone (the stream had read it up to offset {offset})",
+                                 self.opts.fail_on_data_loss)
+            elif bounds[name][1] < offset:
+                report_data_loss(
+                    f"log {name} ends at offset {bounds[name][1]}, below offset {offset} that the "
+                    "stream had already read (deleted and recreated, or truncated)",
+                    self.opts.fail_on_data_loss,
+                )
 
     def _hold_back(self, begin: dict[str, int], latest: dict[str, int]) -> bool:
         """Spark's Kafka rule for ``minOffsetsPerTrigger`` / ``maxTriggerDelay``: hold this trigger

@@ -12,7 +12,7 @@ import pytest
 
 pytest.register_assert_rewrite("support.spark_fixtures")
 
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StructField, StructType  # noqa: E402
 from support.cleaner_helpers import kafka_python_records  # noqa: E402
 from support.spark_fixtures import engine_rows, make_log, row_tuple, stream_to_parquet  # noqa: E402
 from support.testdata import KAFKA_LOG_DIR  # noqa: E402
@@ -87,6 +87,13 @@ def test_unknown_or_mistyped_columns_are_named(spark, log_dir: Path) -> None:
         read_columns(_struct(("partition", LongType())))
     with pytest.raises(OptionError, match=r"column 'VALUE' appears twice"):
         read_columns(_struct(("value", BinaryType()), ("VALUE", BinaryType())))
+    # NOT NULL where records hold nulls (no key, tombstones): Spark would trust it and fold IS NULL away
+    with pytest.raises(OptionError, match=r"column 'key' must be nullable"):
+        read_columns(StructType([StructField("key", BinaryType(), nullable=False)]))
+    headers = HEADER_TYPE
+    with pytest.raises(OptionError, match=r"column 'headers' must be nullable"):
+        read_columns(StructType([StructField("headers", ArrayType(headers.elementType, containsNull=False))]))
+    assert read_columns(StructType([StructField("offset", LongType(), nullable=False)])).names == ("offset",)
     df = spark.read.format("seglog").schema("offset int").load(str(log_dir))
     with pytest.raises(Exception, match=r"column 'offset' has type int, but the Kafka source's offset"):
         df.collect()
@@ -139,3 +146,20 @@ def test_columns_of_every_kind_keep_their_arrow_types(log_dir: Path) -> None:
     assert batch.schema.types == [pa.int32(), pa.int32(), pa.int64()]
     assert set(batch.column("partition").to_pylist()) == {0}
     assert set(batch.column("timestampType").to_pylist()) == {0}
+
+
+def test_batches_are_cut_before_their_bytes_pass_arrows_binary_limit(log_dir: Path, monkeypatch) -> None:
+    """A binary column slices one buffer with int32 offsets: the builder flushes before a Kafka batch
+    would carry the joined bytes past 2 GiB (shrunk here), and a single batch over it is an error
+    naming the log (it was ArrowInvalid "Negative offsets", naming nothing)."""
+    from seglogfs.spark import arrow
+
+    schema = _struct(("offset", LongType()), ("value", BinaryType()))
+    whole = _batches(log_dir, schema)
+    monkeypatch.setattr(arrow, "MAX_BINARY_BYTES", 3000)
+    cut = _batches(log_dir, schema)
+    assert len(cut) > len(whole)
+    assert pa.Table.from_batches(cut).column("offset") == pa.Table.from_batches(whole).column("offset")
+    monkeypatch.setattr(arrow, "MAX_BINARY_BYTES", 10)
+    with pytest.raises(ValueError, match=r"a batch of log cols-0 at offset 0 .* over the 2 GiB"):
+        _batches(log_dir, schema)

@@ -105,6 +105,16 @@ def test_three_runs_with_appends_and_a_new_log_export_every_record_once(spark, t
     for row in days.where("topic = 'a'").collect():
         assert row.date == dt.datetime.fromtimestamp(row.ms / 1000, dt.UTC).date(), row
 
+    # A copy of the archive elsewhere: its sink log names the old paths, so none of its files may be
+    # taken for an interrupted run's and deleted; the run is refused, naming the cause.
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    files = sorted(p.relative_to(moved) for p in moved.rglob("*.parquet"))
+    capsys.readouterr()
+    assert export(data, moved) == 2
+    assert "copied or moved" in capsys.readouterr().err
+    assert sorted(p.relative_to(moved) for p in moved.rglob("*.parquet")) == files
+
 
 def test_bad_output_and_options_are_refused_clearly(tmp_path, capsys) -> None:
     data, out = tmp_path / "data", tmp_path / "archive"

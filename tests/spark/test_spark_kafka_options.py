@@ -122,9 +122,37 @@ def test_by_timestamp_json_errors(data_dir: Path, value: str, message: str) -> N
 def test_a_stream_refuses_ending_options(data_dir: Path) -> None:
     from seglogfs.spark.stream import SeglogStreamReader
 
-    for key in ("endingOffsets", "endingOffsetsByTimestamp"):
+    for key, value in (("endingOffsets", "latest"), ("endingOffsetsByTimestamp", "latest"),
+                       ("endingTimestamp", str(T_A))):
         with pytest.raises(OptionError, match=f"option {key}: not valid in streaming queries"):
-            SeglogStreamReader({"path": str(data_dir), key.lower(): "latest"})
+            SeglogStreamReader({"path": str(data_dir), key.lower(): value})
+
+
+def test_a_stream_whose_log_was_recreated_or_deleted_reports_data_loss(tmp_path: Path, caplog) -> None:
+    """Spark's Kafka rule: a log gone, or ending below what the stream already read, is data loss
+    (it was skipped without a word: the recreated log's first records were never read)."""
+    import shutil
+
+    from seglogfs.spark.scan import DataLossError
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    make_log(tmp_path, "t-0", batches=10, per_batch=10)
+    make_log(tmp_path, "d-0", batches=1, per_batch=5)
+    options = {"path": str(tmp_path), "startingoffsets": "earliest"}
+    read = SeglogStreamReader(options).latestOffset(None)
+    assert read == {"t-0": 100, "d-0": 5}
+    shutil.rmtree(tmp_path / "t-0")
+    make_log(tmp_path, "t-0", batches=5, per_batch=10)
+    with pytest.raises(DataLossError, match=r"log t-0 ends at offset 50, below offset 100"):
+        SeglogStreamReader(options).latestOffset(dict(read))
+    shutil.rmtree(tmp_path / "d-0")
+    shutil.rmtree(tmp_path / "t-0")
+    make_log(tmp_path, "t-0", batches=6, per_batch=10)  # past what was read: only d-0 is missing now
+    with pytest.raises(DataLossError, match=r"log d-0 is gone"):
+        SeglogStreamReader({**options}).latestOffset({"t-0": 10, "d-0": 5})
+    lenient = SeglogStreamReader({**options, "failondataloss": "false"})
+    assert lenient.latestOffset({"t-0": 10, "d-0": 5})["t-0"] == 60
+    assert "log d-0 is gone" in caplog.text
 
 
 def test_assign_subscribe_and_subscribe_pattern(tmp_path: Path) -> None:
