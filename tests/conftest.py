@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# before any test module imports it: the fixtures' own asserts get pytest's explanations
+pytest.register_assert_rewrite("support.spark_fixtures")
 
 
 @pytest.fixture(scope="session")

@@ -9,18 +9,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StructField, StructType
+from support.cleaner_helpers import kafka_python_records
+from support.spark_fixtures import engine_rows, make_log, row_tuple, stream_to_parquet
+from support.testdata import KAFKA_LOG_DIR
 
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StructField, StructType  # noqa: E402
-from support.cleaner_helpers import kafka_python_records  # noqa: E402
-from support.spark_fixtures import engine_rows, make_log, row_tuple, stream_to_parquet  # noqa: E402
-from support.testdata import KAFKA_LOG_DIR  # noqa: E402
-
-from seglogfs.spark.arrow import binary_column  # noqa: E402
-from seglogfs.spark.options import OptionError  # noqa: E402
-from seglogfs.spark.schema import HEADER_TYPE, read_columns  # noqa: E402
-from seglogfs.spark.source import SeglogDataSource  # noqa: E402
+from seglogfs.spark.arrow import binary_column
+from seglogfs.spark.options import OptionError
+from seglogfs.spark.schema import HEADER_TYPE, read_columns
+from seglogfs.spark.source import SeglogDataSource
 
 pytestmark = pytest.mark.spark
 pytest_plugins = ["support.spark_fixtures"]

@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from support.mount_fixture import fuse_required, make_seglogd  # noqa: E402
-from support.spark_fixtures import engine_rows, row_tuple  # noqa: E402
+from support.mount_fixture import fuse_required, make_seglogd
+from support.spark_fixtures import engine_rows, row_tuple
 
 pytestmark = [pytest.mark.spark, pytest.mark.fuse, fuse_required]
 pytest_plugins = ["support.spark_fixtures"]

@@ -13,14 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.spark_fixtures import append_records, engine_rows, make_log, row_tuple
 
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from support.spark_fixtures import append_records, engine_rows, make_log, row_tuple  # noqa: E402
-
-from seglogfs.log import Log  # noqa: E402
-from seglogfs.spark import jobs  # noqa: E402
-from seglogfs.spark.archive import (  # noqa: E402
+from seglogfs.log import Log
+from seglogfs.spark import jobs
+from seglogfs.spark.archive import (
     CHECKPOINT_DIR,
     JVM_PID_FILE,
     ExportError,

@@ -16,10 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from support.spark_fixtures import (  # noqa: E402
+from support.spark_fixtures import (
     append_records,
     engine_rows,
     make_log,
@@ -28,8 +25,8 @@ from support.spark_fixtures import (  # noqa: E402
     stream_to_parquet,
 )
 
-from seglogfs.log import Log  # noqa: E402
-from seglogfs.spark.options import OptionError, ReadOptions  # noqa: E402
+from seglogfs.log import Log
+from seglogfs.spark.options import OptionError, ReadOptions
 
 pytest_plugins = ["support.spark_fixtures"]
 

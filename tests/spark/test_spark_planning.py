@@ -13,17 +13,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.spark_fixtures import CODECS, append_records, engine_rows, make_log, source_rows
+from support.testdata import KAFKA_LOG_DIR
 
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from support.spark_fixtures import CODECS, append_records, engine_rows, make_log, source_rows  # noqa: E402
-from support.testdata import KAFKA_LOG_DIR  # noqa: E402
-
-from seglogfs.config import LogConfig  # noqa: E402
-from seglogfs.log import Log  # noqa: E402
-from seglogfs.spark.options import OptionError, ReadOptions, parse_offsets  # noqa: E402
-from seglogfs.spark.scan import DataLossError  # noqa: E402
-from seglogfs.spark.schema import arrow_schema  # noqa: E402
+from seglogfs.config import LogConfig
+from seglogfs.log import Log
+from seglogfs.spark.options import OptionError, ReadOptions, parse_offsets
+from seglogfs.spark.scan import DataLossError
+from seglogfs.spark.schema import arrow_schema
 
 KAFKA_DIR = KAFKA_LOG_DIR
 

@@ -8,10 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-
-pytest.register_assert_rewrite("support.spark_fixtures")
-
-from support.spark_fixtures import (  # noqa: E402
+from support.spark_fixtures import (
     CODECS,
     append_records,
     engine_rows,
@@ -19,10 +16,10 @@ from support.spark_fixtures import (  # noqa: E402
     row_tuple,
     stream_to_parquet,
 )
-from support.testdata import KAFKA_LOG_DIR  # noqa: E402
+from support.testdata import KAFKA_LOG_DIR
 
-from seglogfs.config import LogConfig  # noqa: E402
-from seglogfs.log import Log  # noqa: E402
+from seglogfs.config import LogConfig
+from seglogfs.log import Log
 
 pytestmark = pytest.mark.spark
 pytest_plugins = ["support.spark_fixtures"]
