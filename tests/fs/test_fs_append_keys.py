@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from kafka.record import MemoryRecords
-from support.mount_fixture import Seglogd, fuse_required, make_seglogd
+from support.mount_fixture import Seglogd, end_offset, fuse_required, make_seglogd, sh, wait_end
 
 pytestmark = [pytest.mark.fuse, fuse_required]
 
@@ -24,7 +24,6 @@ LOGS = {
     "both-0": {"cleanup.policy": "compact,delete"},
     "small-0": {"fs.append.key.separator": "::", "max.message.bytes": 1000},
 }
-RELEASE_TIMEOUT = 10.0  # a partial line is committed at RELEASE, just after the last close() returns
 
 
 @pytest.fixture(scope="module")
@@ -38,20 +37,7 @@ def mnt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
     assert "Traceback" not in daemon.stderr(), daemon.stderr()
 
 
-def sh(cmd: str) -> subprocess.CompletedProcess:
-    """``cmd`` run by bash; its exit status and its error messages ("write error: Invalid argument")."""
-    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60, check=False)
 
-
-def end_offset(mnt: Seglogd, log: str) -> int:
-    return json.loads((mnt / log / "info").read_text())["end_offset"]
-
-
-def wait_end(mnt: Seglogd, log: str, end: int) -> None:
-    deadline = time.monotonic() + RELEASE_TIMEOUT
-    while end_offset(mnt, log) < end and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert end_offset(mnt, log) == end
 
 
 def key_of(mnt: Seglogd, log: str, offset: int) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
-from support.mount_fixture import Seglogd, fuse_required, make_seglogd
+from support.mount_fixture import Seglogd, end_offset, fuse_required, make_seglogd, sh, wait_end
+from support.mount_fixture import log_info as info
 
 pytestmark = [pytest.mark.fuse, fuse_required]
 
@@ -40,30 +41,6 @@ def mnt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
         daemon.cleanup()
 
 
-def sh(cmd: str, *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run a shell command line; the result with text stdout/stderr."""
-    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{cmd!r} failed ({result.returncode}): {result.stderr}")
-    return result
-
-
-def info(mnt: Seglogd, log: str) -> dict:
-    return json.loads((mnt / log / "info").read_text())
-
-
-def end_offset(mnt: Seglogd, log: str) -> int:
-    return info(mnt, log)["end_offset"]
-
-
-def wait_end(mnt: Seglogd, log: str, end: int, timeout: float = 10.0) -> None:
-    """Wait (bounded) for a record committed at release, which comes just after close() returns."""
-    deadline = time.monotonic() + timeout
-    while end_offset(mnt, log) < end and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert end_offset(mnt, log) == end
-
-
 def records(mnt: Seglogd, log: str) -> list[bytes]:
     return (mnt / log / "records").read_bytes().split(b"\n")[:-1]
 
@@ -84,13 +61,14 @@ def errno_of(func, *args) -> int:  # type: ignore[no-untyped-def]
 def test_echo_printf_cat_append(mnt: Seglogd, tmp_path: Path) -> None:
     log = mnt / "events-0"
     start = end_offset(mnt, "events-0")
-    sh(f"echo hello >> {log}/append")
-    sh(f"printf 'one\\ntwo\\nthree' >> {log}/append")  # last line has no newline: committed at close
+    sh(f"echo hello >> {log}/append", check=True)
+    # the last line has no newline: committed at close
+    sh(f"printf 'one\\ntwo\\nthree' >> {log}/append", check=True)
     wait_end(mnt, "events-0", start + 4)  # ... at release, which the kernel sends after close returns
     lines = tmp_path / "lines.txt"
     lines.write_text("".join(f"line {i}\n" for i in range(5000)))
-    sh(f"cat {lines} > {log}/append")  # O_TRUNC is ignored
-    sh(f"cat {lines} > {log}/append")
+    sh(f"cat {lines} > {log}/append", check=True)  # O_TRUNC is ignored
+    sh(f"cat {lines} > {log}/append", check=True)
     values = records(mnt, "events-0")[start:]
     expected = [b"hello", b"one", b"two", b"three"] + [f"line {i}".encode() for i in range(5000)] * 2
     assert values == expected
@@ -239,7 +217,7 @@ def test_segments_are_the_real_files(mnt: Seglogd, tmp_path: Path) -> None:
         os.write(fd, "".join(f"{chunk:02d}{i:03d} " + "x" * 90 + "\n" for i in range(20)).encode())
     os.close(fd)
     assert info(mnt, "rolled-0")["segments"] > 3
-    sh(f"cp -r {log}/segments {tmp_path}/copy")
+    sh(f"cp -r {log}/segments {tmp_path}/copy", check=True)
     real = mnt.data_dir / "rolled-0"
     copied = sorted(p.name for p in (tmp_path / "copy").iterdir())
     assert copied == sorted(p.name for p in real.iterdir() if p.is_file() and not p.name.startswith("."))

@@ -12,14 +12,13 @@ import errno
 import json
 import os
 import random
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
-from support.mount_fixture import Seglogd, fuse_required, make_seglogd
+from support.mount_fixture import RELEASE_TIMEOUT, Seglogd, end_offset, fuse_required, make_seglogd, sh
 
 from seglogfs.config import LogConfig
 from seglogfs.errors import RecordTooLargeError
@@ -37,7 +36,6 @@ LOGS = {
     "dup-0": {},
     "link-0": {},
 }
-RELEASE_TIMEOUT = 10.0  # the kernel's RELEASE reaches the daemon just after close(); bound the wait
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +49,6 @@ def mnt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
     assert "Traceback" not in daemon.stderr(), daemon.stderr()
 
 
-def sh(cmd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60, check=False)
-
-
-def end_offset(mnt: Seglogd, log: str) -> int:
-    return json.loads((mnt / log / "info").read_text())["end_offset"]
 
 
 def records(mnt: Seglogd, log: str) -> list[bytes]:

@@ -7,6 +7,7 @@ unmounts (``fusermount3 -u``, lazily when busy) and kills the process, even when
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import shutil
@@ -204,3 +205,33 @@ def read_stdout_until(proc: subprocess.Popen, done: Callable[[bytes], bool], tim
             break
         got += chunk
     return got
+
+
+RELEASE_TIMEOUT = 10.0  # a partial line is committed at RELEASE, just after the last close() returns
+
+
+def sh(cmd: str, *, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``cmd`` run by bash: its exit status, text stdout and error messages ("write error: Invalid
+    argument"); with ``check``, a non-zero exit fails the test with the command's stderr."""
+    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd!r} failed ({result.returncode}): {result.stderr}")
+    return result
+
+
+def log_info(mnt: Path, log: str) -> dict:
+    """The parsed ``<log>/info`` of a mount."""
+    return json.loads((mnt / log / "info").read_text())
+
+
+def end_offset(mnt: Path, log: str) -> int:
+    return log_info(mnt, log)["end_offset"]
+
+
+def wait_end(mnt: Path, log: str, end: int, timeout: float = RELEASE_TIMEOUT) -> None:
+    """Wait (bounded) for ``log`` to end at ``end``: a record committed at release comes just after
+    close() returns."""
+    deadline = time.monotonic() + timeout
+    while end_offset(mnt, log) < end and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert end_offset(mnt, log) == end
