@@ -202,6 +202,26 @@ def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) 
         assert list(lg.iter_records(isolation=READ_COMMITTED)) == []  # still blocked by the open one
 
 
+def test_a_recovered_first_segment_is_replayed_whole_when_the_log_start_is_inside_it(
+    tmp_path: Path,
+) -> None:
+    """Review: with no snapshot and the log start inside the first recovered segment, the replay began
+    at the log start and the segment's rebuilt entries were thrown away as "replayed in part": its
+    torn .txnindex stayed, and a record of an aborted transaction after the log start was shown.
+    Kafka's recovery replays the whole segment from its base."""
+    log_dir = tmp_path / "t-0"
+    Scenario().send(7, [b"a0", b"a1"]).send_plain([b"p2", b"p3"]).send(7, [b"a4"]).abort(7).send_plain(
+        [b"p6"]
+    ).write(log_dir)  # P7's transaction: 0-1 and 4, aborted at 5
+    (log_dir / f"{0:020d}.txnindex").write_bytes(bytes(10))  # a partial entry: fails the sanity check
+    with Log.open(log_dir, LogConfig(), log_start_offset=3) as lg:
+        assert lg.start_offset == 3 and lg.last_stable_offset == 7
+        assert _committed(lg) == [(3, b"p3"), (6, b"p6")]
+        with pytest.raises(OffsetOutOfRangeError):
+            lg.read(4, isolation=READ_COMMITTED)
+    assert _txnindex_files(log_dir) == {f"{0:020d}.txnindex": AbortedTxn(7, 0, 5, 6).to_bytes()}
+
+
 def test_by_time_under_read_committed_is_the_next_record_such_a_reader_sees(tmp_path: Path) -> None:
     """Review: the by-time link named an aborted record (ENOENT under read_committed)."""
     log_dir = tmp_path / "t-0"
