@@ -281,7 +281,9 @@ class ProducerStateManager:
         entry = self._producers.get(header.producer_id)
         if entry is None:
             entry = self._producers[header.producer_id] = ProducerStateEntry(header.producer_id)
-        entry.epoch = header.producer_epoch
+        if entry.epoch != header.producer_epoch:  # Kafka forgets the last batches of another epoch
+            entry.epoch = header.producer_epoch
+            entry.last_sequence, entry.last_offset, entry.offset_delta = -1, -1, 0
         if marker is not None:
             entry.coordinator_epoch = marker.coordinator_epoch
             entry.timestamp = header.max_timestamp  # Kafka's lastTimestamp moves with markers too
