@@ -64,15 +64,18 @@ def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
         pid, epoch, last_seq, last_offset, offset_delta, timestamp, coord_epoch, txn_first = (
             _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
         )
-        first_seq = (
-            last_seq - offset_delta if last_seq >= offset_delta else INT_MAX - (offset_delta - last_seq) + 1
-        )
         out.write(
             f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coord_epoch} "
             f"currentTxnFirstOffset: {_optional(txn_first)} lastTimestamp: {timestamp} "
-            f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
-            f"offsetDelta: {offset_delta} timestamp: {timestamp}\n"
         )
+        if last_offset >= 0:  # Kafka keeps a last batch (and prints it) only for lastOffset >= 0
+            wrapped = INT_MAX - (offset_delta - last_seq) + 1
+            first_seq = last_seq - offset_delta if last_seq >= offset_delta else wrapped
+            out.write(
+                f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
+                f"offsetDelta: {offset_delta} timestamp: {timestamp}"
+            )
+        out.write("\n")
 
 
 def dump_txn_index(path: Path, out: TextIO) -> None:

@@ -107,6 +107,10 @@ class LogTransactions:
             state.update_map_end_offset(log_end)
             return
         start = state.load_latest(log_start, usable_up_to, now_ms)
+        if recovered_from is not None and start > recovered_from:
+            # No usable snapshot, and the log start lies inside the first recovered segment: replay
+            # it whole from its base, as Kafka's segment recovery does, so its .txnindex is rebuilt.
+            start = recovered_from
         rebuilt: dict[LogSegment, list[AbortedTxn]] = {}
         for segment in segments:
             if segment.offset_limit is not None and segment.offset_limit <= start:

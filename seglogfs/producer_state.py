@@ -202,10 +202,15 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 def _check_open_transactions(entries: list[ProducerStateEntry], offset: int, path: Path) -> None:
     """CorruptSnapshotError when the open transactions of a snapshot taken at ``offset`` cannot be: one
-    beginning at or past the snapshot's own offset, or two beginning at the same offset (the CRC says
-    only that the bytes are as written)."""
+    beginning at or past the snapshot's own offset, or two beginning at the same offset; or when a
+    producer is listed twice (its first entry's open transaction would stay open for good, with no
+    producer left to end it). The CRC says only that the bytes are as written."""
     firsts: set[int] = set()
+    pids: set[int] = set()
     for entry in entries:
+        if entry.producer_id in pids:
+            raise CorruptSnapshotError(f"snapshot {path}: producer {entry.producer_id} is listed twice")
+        pids.add(entry.producer_id)
         first = entry.current_txn_first_offset
         if first is None:
             continue
@@ -281,7 +286,9 @@ class ProducerStateManager:
         entry = self._producers.get(header.producer_id)
         if entry is None:
             entry = self._producers[header.producer_id] = ProducerStateEntry(header.producer_id)
-        entry.epoch = header.producer_epoch
+        if entry.epoch != header.producer_epoch:  # Kafka forgets the last batches of another epoch
+            entry.epoch = header.producer_epoch
+            entry.last_sequence, entry.last_offset, entry.offset_delta = -1, -1, 0
         if marker is not None:
             entry.coordinator_epoch = marker.coordinator_epoch
             entry.timestamp = header.max_timestamp  # Kafka's lastTimestamp moves with markers too

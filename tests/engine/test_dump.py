@@ -346,6 +346,24 @@ def test_producer_snapshot_entry(tmp_path):
     assert err and err[0].startswith("Snapshot is corrupt (CRC is no longer valid).")
 
 
+def test_producer_snapshot_entry_without_a_data_batch(tmp_path):
+    """Review: Kafka's readSnapshot keeps batch metadata only for lastOffset >= 0, and
+    DumpLogSegments prints the sequence fields only from it: a producer known by its markers alone
+    (or whose epoch a fencing ABORT bumped) ends at "lastTimestamp: T " (its trailing space kept).
+    We printed "firstSequence: 2147483647 lastSequence: -1 lastOffset: -1 ..." for it."""
+    entry = struct.pack(">qhiqiqiq", 4000, 3, -1, -1, 0, 1_700_000_000_009, 5, -1)
+    body = struct.pack(">i", 1) + entry
+    path = tmp_path / "00000000000000001235.snapshot"
+    path.write_bytes(struct.pack(">hI", 1, crc32c(body)) + body)
+    out, err, _ = run_dump([path])
+    assert err == []
+    assert out == [
+        f"Dumping {path}",
+        "producerId: 4000 producerEpoch: 3 coordinatorEpoch: 5 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 1700000000009 ",
+    ]
+
+
 def test_cli_subprocess(logdir):
     ipath = logdir / "__consumer_offsets-15" / f"{SEG}.index"
     lpath = logdir / "__consumer_offsets-15" / f"{SEG}.log"

@@ -202,6 +202,26 @@ def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) 
         assert list(lg.iter_records(isolation=READ_COMMITTED)) == []  # still blocked by the open one
 
 
+def test_a_recovered_first_segment_is_replayed_whole_when_the_log_start_is_inside_it(
+    tmp_path: Path,
+) -> None:
+    """Review: with no snapshot and the log start inside the first recovered segment, the replay began
+    at the log start and the segment's rebuilt entries were thrown away as "replayed in part": its
+    torn .txnindex stayed, and a record of an aborted transaction after the log start was shown.
+    Kafka's recovery replays the whole segment from its base."""
+    log_dir = tmp_path / "t-0"
+    Scenario().send(7, [b"a0", b"a1"]).send_plain([b"p2", b"p3"]).send(7, [b"a4"]).abort(7).send_plain(
+        [b"p6"]
+    ).write(log_dir)  # P7's transaction: 0-1 and 4, aborted at 5
+    (log_dir / f"{0:020d}.txnindex").write_bytes(bytes(10))  # a partial entry: fails the sanity check
+    with Log.open(log_dir, LogConfig(), log_start_offset=3) as lg:
+        assert lg.start_offset == 3 and lg.last_stable_offset == 7
+        assert _committed(lg) == [(3, b"p3"), (6, b"p6")]
+        with pytest.raises(OffsetOutOfRangeError):
+            lg.read(4, isolation=READ_COMMITTED)
+    assert _txnindex_files(log_dir) == {f"{0:020d}.txnindex": AbortedTxn(7, 0, 5, 6).to_bytes()}
+
+
 def test_by_time_under_read_committed_is_the_next_record_such_a_reader_sees(tmp_path: Path) -> None:
     """Review: the by-time link named an aborted record (ENOENT under read_committed)."""
     log_dir = tmp_path / "t-0"
@@ -235,6 +255,27 @@ def test_a_snapshot_with_an_impossible_open_transaction_is_not_used(tmp_path: Pa
     with _open(log_dir, clean=True) as lg:
         assert lg.last_stable_offset == lg.end_offset == 4
         assert [r.value for r in lg.iter_records(isolation=READ_COMMITTED)] == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_snapshot_listing_a_producer_twice_is_not_used(tmp_path: Path) -> None:
+    """Review: a CRC-valid snapshot naming producer 7 twice, each with an open transaction, was
+    loaded: the entry loaded last replaced the first, whose transaction stayed open with no producer
+    left to end it, so the last stable offset stuck there for good (and went into every later
+    snapshot). Such a snapshot is set aside and the state replayed, as for other impossible ones."""
+    log_dir = tmp_path / "t-0"
+    Scenario().send_plain([b"x", b"y"]).send(7, [b"a"]).roll().send_plain([b"p"]).abort(7).send_plain(
+        [b"q"]
+    ).write(log_dir)  # P7's transaction at 2, aborted at 4 in the second segment (base 3)
+    with _open(log_dir):
+        pass
+    for snapshot in log_dir.glob("*.snapshot"):
+        snapshot.unlink()
+    at_roll = ProducerStateEntry(7, 0, 0, 2, 0, 1_700_000_000_002, -1, current_txn_first_offset=2)
+    phantom = ProducerStateEntry(7, 0, -1, -1, 0, 1_700_000_000_000, -1, current_txn_first_offset=1)
+    (log_dir / f"{3:020d}.snapshot").write_bytes(snapshot_bytes([phantom, at_roll]))
+    with _open(log_dir, clean=True) as lg:
+        assert lg.last_stable_offset == lg.end_offset == 6
+        assert [r.value for r in lg.iter_records(isolation=READ_COMMITTED)] == [b"x", b"y", b"p", b"q"]
 
 
 def test_our_own_log_gets_kafkas_snapshots_at_rolls_and_close_and_retention_drops_old_ones(

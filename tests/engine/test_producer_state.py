@@ -203,6 +203,25 @@ def test_marker_without_open_txn_completes_nothing(psm):
     assert fresh.producers[4] == ProducerStateEntry(4, 1, -1, -1, 0, NOW + 50, 9, None)
 
 
+def test_an_epoch_bump_forgets_the_last_batch_as_kafka_does(psm):
+    """Review: a coordinator fencing a producer writes its ABORT marker with the bumped epoch; Kafka's
+    entry then drops its batch metadata (a snapshot says lastSequence -1, lastOffset -1, offsetDelta
+    0), but ours kept the old epoch's last batch: a broker loading our snapshot would take sequence 0
+    of the producer's next batch at that epoch for out of order, and verify flagged Kafka's snapshot."""
+    completed = replay(
+        psm,
+        data_batch(0, 3, 0, 0, count=2, txn=True),
+        control_batch(2, 3, 1, ABORT, 7, ts=NOW + 9),  # the fencing abort, at epoch 0 + 1
+        data_batch(3, 5, 0, 0, count=2),
+        control_batch(5, 5, 0, COMMIT, 7),  # same epoch: the last batch stays
+    )
+    assert completed == [(CompletedTxn(3, 0, 2, True), 3)]
+    assert psm.producers[3] == ProducerStateEntry(3, 1, -1, -1, 0, NOW + 9, 7, None)
+    assert psm.producers[5] == ProducerStateEntry(5, 0, 1, 4, 1, NOW, 7, None)
+    replay(psm, data_batch(6, 3, 2, 0, count=3, txn=True))  # a data batch at a new epoch: just its own
+    assert psm.producers[3] == ProducerStateEntry(3, 2, 2, 8, 2, NOW + 2, 7, 6)
+
+
 def test_kraft_control_batches_are_ignored(psm):
     completed = replay(
         psm,

@@ -15,6 +15,7 @@ from support.testdata import KAFKA_LOG_DIR
 from support.transactions import (
     ABORT,
     COMMIT,
+    NOW,
     Scenario,
     TxnModel,
     control_batch,
@@ -24,7 +25,7 @@ from support.transactions import (
 from support.verify_fixtures import batches_of, build_indexes, writable_copy
 
 from seglogfs import verify
-from seglogfs.producer_state import ProducerStateManager, read_snapshot, snapshot_bytes
+from seglogfs.producer_state import ProducerStateEntry, ProducerStateManager, read_snapshot, snapshot_bytes
 from seglogfs.records import iter_batch_headers
 from seglogfs.transaction_index import AbortedTxn, TransactionIndex
 from seglogfs.verifier import verify_paths
@@ -409,6 +410,19 @@ def test_snapshot_whose_state_differs(txn_log):
             f"producer {P2} differs from the log at offset 5: epoch 4 in the snapshot, 0 in the log",
         )
     ]
+
+
+def test_kafkas_snapshot_after_a_fencing_abort_verifies_clean(tmp_path):
+    """Review: the coordinator's ABORT at a bumped epoch empties the producer's batch metadata in
+    Kafka (its snapshot: lastSequence -1, lastOffset -1, offsetDelta 0); the replay kept the old
+    epoch's last batch and called the broker's own snapshot a problem."""
+    log_dir = tmp_path / "t-0"
+    model = build(log_dir, Scenario().send(P1, V * 2).bump_epoch(P1).abort(P1).send_plain([b"x"]))
+    assert model.aborted == [(P1, 0, 2, 3)]
+    kafkas = ProducerStateEntry(P1, 1, -1, -1, 0, NOW + 2, 0, None)  # marker at offset 2, epoch 0 + 1
+    (log_dir / f"{model.end_offset:020d}.snapshot").write_bytes(snapshot_bytes([kafkas]))
+    report = verify_paths([log_dir])
+    assert report.problems == [] and report.notes == []
 
 
 def test_snapshot_missing_or_adding_producers(txn_log):
