@@ -197,6 +197,7 @@ class LogState:
     segments: tuple[tuple[int, int], ...]  # (base offset, LogSegment.uid), oldest first
     rebases: int = 0  # times the log's stream views dropped their hole: their sizes shrank
     removals: int = 0  # Log.removals
+    isolation: str = "read_uncommitted"  # fs.isolation.level: a live switch changes what every view shows
 
     @classmethod
     def of(cls, lg: Log, rebases: int = 0) -> LogState:
@@ -204,7 +205,8 @@ class LogState:
         # older than the count (a state whose count lags its list differs from the next one: seen again)
         removals = lg.removals
         segments = tuple((s.base_offset, s.uid) for s in lg.segments)
-        return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals)
+        return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals,
+                   lg.config.fs_isolation_level)
 
     @property
     def active_base(self) -> int:
@@ -304,7 +306,8 @@ class Notifier:
             # each change is forgotten only once it was invalidated: one that raised is retried
             done += self._replay(name, lg)  # earlier changes again, before this one's first time
             if state != old:
-                same_log = old is not None and old.log_uid == state.log_uid  # else: reopened, all may differ
+                # else reopened, or now seen through another isolation level: anything may differ
+                same_log = old is not None and (old.log_uid, old.isolation) == (lg.uid, state.isolation)
                 done += self._log_changed(name, lg, old if same_log else None, state)
                 self._states[name] = state
         for name in self._states.keys() - logs.keys():

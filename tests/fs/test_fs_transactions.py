@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,9 @@ def _mount(seglogd, tmp_path: Path, scenario: Scenario) -> tuple[Seglogd, TxnMod
     data = tmp_path / "data"
     model = scenario.write(data / COMMITTED)
     shutil.copytree(data / COMMITTED, data / ALL)
-    logs = {COMMITTED: {"fs.isolation.level": "read_committed"}, ALL: {}}
+    # the scenario's timestamps are old: without retention.ms -1, retention would empty the logs
+    keep = {"retention.ms": -1}
+    logs = {COMMITTED: {**keep, "fs.isolation.level": "read_committed"}, ALL: keep}
     return seglogd(data_dir=data, logs=logs), model
 
 
@@ -120,3 +124,28 @@ def test_kill_9_with_a_transaction_open_keeps_the_state_and_the_txnindex_bytes(
     assert info["last_stable_offset"] == model.last_stable_offset
     assert info["end_offset"] == model.end_offset + 3  # the acknowledged appends survived
     assert _cat(mnt / COMMITTED / "records") == before  # still behind the open transaction
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_a_live_switch_of_the_isolation_level_drops_what_the_kernel_cached(seglogd, tmp_path: Path) -> None:
+    """``fs.isolation.level`` changed by a config reload: the by-offset files, sizes and streams the
+    kernel cached under the old level (hour-long timeouts) are invalidated, not served for an hour."""
+    scenario = Scenario().send_plain([b"p0"]).send(7, [b"aborted"]).abort(7).send_plain([b"p3"])
+    mnt, _ = _mount(seglogd, tmp_path, scenario)
+    log = mnt / ALL
+    assert (log / "by-offset" / "1").read_bytes() == b"aborted"  # now in the kernel's caches
+    assert _cat(log / "records") == b"p0\naborted\np3\n" and (log / "records").stat().st_size == 14
+    logs = mnt.settings["logs"]
+    mnt.write_config(logs={**logs, ALL: {**logs[ALL], "fs.isolation.level": "read_committed"}})
+    mnt.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while json.loads((log / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
+        assert time.monotonic() < deadline, mnt.stderr()
+        time.sleep(0.05)
+    time.sleep(1)  # a few notifier checks
+    assert not (log / "by-offset" / "1").exists()
+    with pytest.raises(FileNotFoundError):
+        (log / "by-offset" / "1").read_bytes()
+    assert (log / "records").stat().st_size == 6
+    assert _cat(log / "records") == b"p0\np3\n"
