@@ -11,6 +11,7 @@ was unreadable, or only some segments were given) producers' transactions there 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import astuple, fields
 from pathlib import Path
 
@@ -245,6 +246,9 @@ class TransactionCheck:
         snapshot lacks is fine unless a transaction of it is open: only idle producers expire."""
         replayed = self._producers
         stored = {entry.producer_id: entry for entry in entries}
+        listed = Counter(entry.producer_id for entry in entries)
+        for pid in sorted(pid for pid, times in listed.items() if times > 1):  # loading refuses these
+            self._problem(path, None, f"producer {pid} is listed twice")
         for pid, entry in stored.items():
             have = replayed.get(pid)
             if have is None:

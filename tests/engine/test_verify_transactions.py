@@ -507,3 +507,14 @@ def test_corrupt_batch_stops_the_comparison_after_it(txn_log):
     problems = verify_paths([log_dir]).problems
     assert [(p.path.name, p.position) for p in problems] == [(log.name, 0)]
     assert problems[0].message.startswith("corrupt batch")
+
+
+def test_snapshot_listing_a_producer_twice(txn_log):
+    """Loading refuses such a snapshot (its first entry's transaction would stay open for good), so
+    verify names it, even when both entries agree with the log."""
+    log_dir, model = txn_log
+    snap = take_snapshot_at(log_dir, model, 5)
+    entries = read_snapshot(snap)
+    p1 = next(e for e in entries if e.producer_id == P1)
+    snap.write_bytes(snapshot_bytes([*entries, p1]))
+    assert messages(verify_paths([log_dir]).problems) == [(snap.name, None, f"producer {P1} is listed twice")]
