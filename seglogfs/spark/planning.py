@@ -212,7 +212,18 @@ def parse_bounds(
     )
     if ending.default == EARLIEST and not ending.per_log and end_times is None:
         raise OptionError("option endingOffsets: earliest is not allowed for a batch query")
+    if start_times is None:
+        _refuse_in_batch(starting, "startingOffsets", LATEST, "latest (-1)")
+    if end_times is None:
+        _refuse_in_batch(ending, "endingOffsets", EARLIEST, "earliest (-2)")
     return Bounds(starting, ending, start_times, end_times)
+
+
+def _refuse_in_batch(spec: OffsetSpec, option: str, value: int, text: str) -> None:
+    """Kafka's validateBatchOptions: a log's JSON offset may not be ``value`` in a batch query."""
+    for name, offset in sorted(spec.per_log.items()):
+        if offset == value:
+            raise OptionError(f"option {option}: {text} for log {name} is not allowed for a batch query")
 
 
 def _resolve_bound(lg: Log, value: int, log_end: int) -> int:

@@ -157,6 +157,20 @@ def test_latest_start_and_earliest_end_are_refused_for_batch(data_dir: Path) -> 
         source_rows({"path": data_dir / "ev-0", "endingOffsets": "earliest"})
 
 
+def test_latest_start_and_earliest_end_of_one_log_are_refused_for_batch(data_dir: Path) -> None:
+    """As Kafka's validateBatchOptions: -1 (latest) as a log's start or -2 (earliest) as its end in
+    the JSON forms is refused too (both read nothing without a word)."""
+    with pytest.raises(OptionError, match=r"startingOffsets: latest \(-1\) for log ev-1 is not allowed"):
+        source_rows({"path": data_dir, "startingOffsets": '{"ev": {"0": 5, "1": -1}}'})
+    with pytest.raises(OptionError, match=r"endingOffsets: earliest \(-2\) for log ev-0 is not allowed"):
+        source_rows({"path": data_dir, "endingOffsets": '{"ev-0": -2}'})
+    # a timestamp start wins over startingOffsets (Kafka's precedence): nothing to refuse then
+    _, rows = source_rows(
+        {"path": data_dir / "ev-0", "startingOffsets": '{"ev-0": -1}', "startingTimestamp": "0"}
+    )
+    assert rows == engine_rows(data_dir / "ev-0")
+
+
 def test_timestamp_ranges(data_dir: Path) -> None:
     log_dir = data_dir / "ev-2"
     t0 = 1_700_000_000_000
