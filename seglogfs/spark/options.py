@@ -76,12 +76,16 @@ def parse_int(options: Mapping[str, str], key: str, default: int | None, *, mini
 
 
 def parse_timestamp_ms(options: Mapping[str, str], key: str) -> int | None:
-    """Epoch milliseconds, given as an integer or an ISO-8601 text (naive = UTC)."""
-    raw = options.get(key)
+    """Epoch milliseconds >= 0, given as an integer or an ISO-8601 text (naive = UTC); looked up
+    lower-cased, named as given. A negative number is refused, as in the JSON forms: Kafka's
+    ListOffsets takes -1 / -2 as latest / earliest, not as times."""
+    raw = options.get(key.lower())
     if raw is None:
         return None
     text = str(raw).strip()
-    if re.fullmatch(r"-?\d+", text):
+    if re.fullmatch(r"-\d+", text):
+        raise OptionError(f"option {key}={raw!r}: must be epoch milliseconds >= 0 or ISO-8601")
+    if re.fullmatch(r"\d+", text):
         return int(text)
     try:
         return parse_iso8601_ms(text)
@@ -363,8 +367,8 @@ class ReadOptions:
             max_offsets_per_trigger=parse_int(lowered, "maxoffsetspertrigger", None, minimum=1),
             min_offsets_per_trigger=parse_int(lowered, "minOffsetsPerTrigger", None, minimum=1),
             max_trigger_delay_ms=parse_duration(lowered, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
-            starting_timestamp=parse_timestamp_ms(lowered, "startingtimestamp"),
-            ending_timestamp=parse_timestamp_ms(lowered, "endingtimestamp"),
+            starting_timestamp=parse_timestamp_ms(lowered, "startingTimestamp"),
+            ending_timestamp=parse_timestamp_ms(lowered, "endingTimestamp"),
             timestamp_strategy=parse_choice(
                 lowered, "startingOffsetsByTimestampStrategy", TIMESTAMP_STRATEGIES
             ),

@@ -78,6 +78,10 @@ def rows_by_log(options: dict) -> dict[str, list[tuple]]:
             "minOffsetsPerTrigger=20 is higher than maxOffsetsPerTrigger=15",
         ),
         ({"startingOffsetsByTimestampStrategy": "middle"}, "Strategy='middle': expected error or latest"),
+        # Kafka's ListOffsets reads -1 as latest: taken as a time it read from the earliest instead
+        ({"startingTimestamp": "-1"}, "startingTimestamp='-1': must be epoch milliseconds >= 0"),
+        ({"endingTimestamp": "-2"}, "endingTimestamp='-2': must be epoch milliseconds >= 0"),
+        ({"endingTimestamp": "noon"}, "endingTimestamp='noon': expected epoch milliseconds or ISO-8601"),
     ],
 )
 def test_read_option_errors_name_the_option_and_value(options: dict, message: str) -> None:
