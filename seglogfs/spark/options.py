@@ -49,8 +49,8 @@ class OptionError(ValueError):
 
 
 def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    """A boolean option (true/false, 1/0, yes/no, on/off)."""
-    raw = options.get(key)
+    """A boolean option (true/false, 1/0, yes/no, on/off; looked up lower-cased, named as given)."""
+    raw = options.get(key.lower())
     if raw is None:
         return default
     text = str(raw).strip().lower()
@@ -360,11 +360,11 @@ class ReadOptions:
         """The read options from Spark's (lower-cased) option map."""
         lowered = {str(k).lower(): v for k, v in options.items()}
         opts = cls(
-            include_headers=parse_bool(lowered, "includeheaders", False),
-            fail_on_data_loss=parse_bool(lowered, "failondataloss", True),
-            min_partitions=parse_int(lowered, "minpartitions", None, minimum=1),
+            include_headers=parse_bool(lowered, "includeHeaders", False),
+            fail_on_data_loss=parse_bool(lowered, "failOnDataLoss", True),
+            min_partitions=parse_int(lowered, "minPartitions", None, minimum=1),
             max_records_per_partition=parse_int(lowered, "maxRecordsPerPartition", None, minimum=1),
-            max_offsets_per_trigger=parse_int(lowered, "maxoffsetspertrigger", None, minimum=1),
+            max_offsets_per_trigger=parse_int(lowered, "maxOffsetsPerTrigger", None, minimum=1),
             min_offsets_per_trigger=parse_int(lowered, "minOffsetsPerTrigger", None, minimum=1),
             max_trigger_delay_ms=parse_duration(lowered, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
             starting_timestamp=parse_timestamp_ms(lowered, "startingTimestamp"),
@@ -376,8 +376,8 @@ class ReadOptions:
             topics=parse_topics(lowered),
             topic_pattern=parse_pattern(lowered, "subscribePattern"),
             assign=parse_assign(lowered, "assign"),
-            max_batch_rows=parse_int(lowered, "maxbatchrows", 65_536, minimum=1) or 65_536,
-            push_filters=parse_bool(lowered, "pushfilters", False),
+            max_batch_rows=parse_int(lowered, "maxBatchRows", 65_536, minimum=1) or 65_536,
+            push_filters=parse_bool(lowered, "pushFilters", False),
             isolation=parse_isolation(lowered),
         )
         low, high = opts.min_offsets_per_trigger, opts.max_offsets_per_trigger

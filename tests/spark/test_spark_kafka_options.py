@@ -82,6 +82,11 @@ def rows_by_log(options: dict) -> dict[str, list[tuple]]:
         ({"startingTimestamp": "-1"}, "startingTimestamp='-1': must be epoch milliseconds >= 0"),
         ({"endingTimestamp": "-2"}, "endingTimestamp='-2': must be epoch milliseconds >= 0"),
         ({"endingTimestamp": "noon"}, "endingTimestamp='noon': expected epoch milliseconds or ISO-8601"),
+        # named as Spark's docs spell them (they were named lower-cased)
+        ({"minPartitions": "0"}, "option minPartitions='0': must be >= 1"),
+        ({"maxOffsetsPerTrigger": "x"}, "option maxOffsetsPerTrigger='x': expected an integer"),
+        ({"failOnDataLoss": "maybe"}, "option failOnDataLoss='maybe': expected true or false"),
+        ({"includeHeaders": "2"}, "option includeHeaders='2': expected true or false"),
     ],
 )
 def test_read_option_errors_name_the_option_and_value(options: dict, message: str) -> None:

@@ -78,7 +78,7 @@ def test_read_options_parse() -> None:
     assert opts.include_headers and not opts.fail_on_data_loss and opts.min_partitions == 4
     assert opts.starting_timestamp == 1_700_000_000_000
     assert opts.logs == ["a", "b"]
-    with pytest.raises(OptionError, match="minpartitions"):
+    with pytest.raises(OptionError, match="option minPartitions='zero': expected an integer"):
         ReadOptions.parse({"minpartitions": "zero"})
 
 
