@@ -4,7 +4,8 @@
   ``startingOffsets`` (default ``latest``; ``earliest`` or JSON as for batch reads). A restart resumes
   from the checkpointed offsets exactly. ``endingOffsets`` / ``endingOffsetsByTimestamp`` are refused
   (as Kafka: a stream has no end).
-- Logs that appear later (a new directory in the data dir) start at their earliest offset.
+- Logs that appear later (a new directory in the data dir) start at their earliest offset; one that
+  no longer starts at offset 0 (retention came first) is data loss, as Kafka's added partitions.
 - ``maxOffsetsPerTrigger`` caps each micro-batch, shared out across logs in proportion to their
   backlog without starving small ones (Spark's Kafka rule). ``minOffsetsPerTrigger`` holds a trigger
   back until that many new offsets are there or ``maxTriggerDelay`` (default 15m) has passed since the
@@ -192,6 +193,14 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log_start, log_end = lg.start_offset, readable_end(lg, self.opts.isolation)
                 lo = start.get(name, log_start)
                 hi = end[name]
+                if name not in start and log_start > 0:
+                    # Spark's Kafka rule: a partition found later is read from 0 ("Added partition
+                    # starts from N instead of 0")
+                    report_data_loss(
+                        f"log {name} appeared after the stream started but starts at offset {log_start}, "
+                        f"not 0: offsets 0..{log_start - 1} were removed before the stream read them",
+                        self.opts.fail_on_data_loss,
+                    )
                 if lo >= hi:
                     continue
                 if lo < log_start:
