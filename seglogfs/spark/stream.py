@@ -132,9 +132,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             return latest
         begin = {name: start.get(name, bounds[name][0]) for name in latest}
+        # A log ending below ``start`` (recreated, truncated) was reported: with failOnDataLoss=false
+        # the stream goes on from its new end, as Kafka's (its new records there are then read).
         self._check_not_behind(start, bounds)
-        # Never move backwards (a log end can only grow; a checkpoint may be ahead after data loss).
-        latest = {name: max(end, begin[name]) for name, end in latest.items()}
         for name, value in start.items():
             latest.setdefault(name, value)
             begin.setdefault(name, value)
@@ -150,7 +150,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _check_not_behind(self, start: dict, bounds: dict[str, tuple[int, int]]) -> None:
         """Spark's Kafka rule: a log gone, or ending below the offsets already read (deleted and
         recreated, or truncated), is data loss: an error, or a warning with ``failOnDataLoss=false``
-        (the stream then goes on from where it was)."""
+        (the stream then goes on from the log's new end, as Kafka's)."""
         for name, offset in start.items():
             if name not in bounds:
                 report_data_loss(f"log {name} is gone (the stream had read it up to offset {offset})",
@@ -158,7 +158,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif bounds[name][1] < offset:
                 report_data_loss(
                     f"log {name} ends at offset {bounds[name][1]}, below offset {offset} that the "
-                    "stream had already read (deleted and recreated, or truncated)",
+                    "stream had already read (deleted and recreated, or truncated); going on from "
+                    f"offset {bounds[name][1]}",
                     self.opts.fail_on_data_loss,
                 )
 
@@ -174,7 +175,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if last is None or (now - last) * 1000 >= self.opts.max_trigger_delay_ms:
             self._last_trigger = now
             return False
-        if sum(latest[name] - begin[name] for name in latest) < minimum:
+        if sum(max(latest[name] - begin[name], 0) for name in latest) < minimum:
             return True
         self._last_trigger = now
         return False

@@ -161,6 +161,34 @@ def test_a_stream_whose_log_was_recreated_or_deleted_reports_data_loss(tmp_path:
     assert "log d-0 is gone" in caplog.text
 
 
+def test_a_lenient_stream_reads_a_recreated_log_from_its_new_end(tmp_path: Path, caplog) -> None:
+    """failOnDataLoss=false over a log recreated below what was read: as Spark's Kafka source, the
+    stream reports it and goes on from the log's new end (it stayed at the old offset, so the new
+    log's records up to there were never read)."""
+    import shutil
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    make_log(tmp_path, "t-0", batches=10, per_batch=10)
+    shutil.rmtree(tmp_path / "t-0")
+    log_dir = make_log(tmp_path, "t-0", batches=5, per_batch=10)
+    lenient = SeglogStreamReader({"path": str(tmp_path), "failondataloss": "false"})
+    end = lenient.latestOffset({"t-0": 100}, ReadAllAvailable())
+    assert end == {"t-0": 50}
+    assert "log t-0 ends at offset 50, below offset 100" in caplog.text
+    assert lenient.partitions({"t-0": 100}, end) == []
+    with Log.open(log_dir) as lg:
+        append_records(lg, 2, 10)
+    end = lenient.latestOffset({"t-0": 50}, ReadAllAvailable())
+    assert end == {"t-0": 70}
+    parts = lenient.partitions({"t-0": 50}, end)
+    assert [o for p in parts for b in lenient.read(p) for o in b.column("offset").to_pylist()] == list(
+        range(50, 70)
+    )
+
+
 def test_assign_subscribe_and_subscribe_pattern(tmp_path: Path) -> None:
     for name in ("clicks-0", "clicks-1", "views-0", "audit"):
         make_log(tmp_path, name, batches=1, per_batch=3)
