@@ -202,6 +202,13 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"not 0: offsets 0..{log_start - 1} were removed before the stream read them",
                         self.opts.fail_on_data_loss,
                     )
+                if lo > hi:  # Kafka's "offset was changed": the records in between were never read
+                    report_data_loss(
+                        f"log {name}: the batch starts at offset {lo}, after its end {hi} (the log was "
+                        "recreated or truncated, or a first batch replayed after a restart started anew "
+                        "at the latest offsets)",
+                        self.opts.fail_on_data_loss,
+                    )
                 if lo >= hi:
                     continue
                 if lo < log_start:

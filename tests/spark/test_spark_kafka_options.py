@@ -169,6 +169,7 @@ def test_a_lenient_stream_reads_a_recreated_log_from_its_new_end(tmp_path: Path,
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+    from seglogfs.spark.scan import DataLossError
     from seglogfs.spark.stream import SeglogStreamReader
 
     make_log(tmp_path, "t-0", batches=10, per_batch=10)
@@ -179,6 +180,11 @@ def test_a_lenient_stream_reads_a_recreated_log_from_its_new_end(tmp_path: Path,
     assert end == {"t-0": 50}
     assert "log t-0 ends at offset 50, below offset 100" in caplog.text
     assert lenient.partitions({"t-0": 100}, end) == []
+    # A batch planned from above its end (a replayed first batch whose start, re-resolved as
+    # latest, passed the end it was planned with) is data loss too, as Kafka's "offset was changed"
+    strict = SeglogStreamReader({"path": str(tmp_path)})
+    with pytest.raises(DataLossError, match=r"log t-0: the batch starts at offset 100, after its end 50"):
+        strict.partitions({"t-0": 100}, end)
     with Log.open(log_dir) as lg:
         append_records(lg, 2, 10)
     end = lenient.latestOffset({"t-0": 50}, ReadAllAvailable())
