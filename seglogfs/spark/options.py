@@ -31,6 +31,8 @@ from seglogfs.timestamps import parse_iso8601_ms
 
 EARLIEST = -2
 LATEST = -1
+#: the negative times Kafka's ListOffsets (behind Spark's Kafka source) reads as earliest / latest
+_SPECIAL = (EARLIEST, LATEST)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -77,16 +79,20 @@ def parse_int(options: Mapping[str, str], key: str, default: int | None, *, mini
 
 def parse_timestamp_ms(options: Mapping[str, str], key: str) -> int | None:
     """Epoch milliseconds >= 0, given as an integer or an ISO-8601 text (naive = UTC); looked up
-    lower-cased, named as given. A negative number is refused, as in the JSON forms: Kafka's
-    ListOffsets takes -1 / -2 as latest / earliest, not as times."""
+    lower-cased, named as given. As Kafka's ListOffsets, -2 is earliest and -1 latest (returned as
+    :data:`EARLIEST` / :data:`LATEST`); any other negative number is refused."""
     raw = options.get(key.lower())
     if raw is None:
         return None
     text = str(raw).strip()
-    if re.fullmatch(r"-\d+", text):
-        raise OptionError(f"option {key}={raw!r}: must be epoch milliseconds >= 0 or ISO-8601")
-    if re.fullmatch(r"\d+", text):
-        return int(text)
+    if re.fullmatch(r"-?\d+", text):
+        value = int(text)
+        if value < 0 and value not in _SPECIAL:
+            raise OptionError(
+                f"option {key}={raw!r}: must be epoch milliseconds >= 0 or ISO-8601 (or -2 / -1: "
+                "earliest / latest)"
+            )
+        return value
     try:
         return parse_iso8601_ms(text)
     except ValueError:
@@ -212,15 +218,17 @@ def _offset_value(key: str, where: str, value: Any) -> int:
 
 
 def _timestamp_value(key: str, where: str, value: Any) -> int:
+    """Epoch ms, or -2 / -1 for earliest / latest (Kafka's ListOffsets, behind Spark's Kafka source)."""
     if isinstance(value, str):
         try:
             return parse_iso8601_ms(value.strip())
         except ValueError:
             pass
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    elif isinstance(value, int) and not isinstance(value, bool) and (value >= 0 or value in _SPECIAL):
         return value
     raise OptionError(
-        f"option {key}: timestamp of {where} must be epoch milliseconds >= 0 or ISO-8601, got {value!r}"
+        f"option {key}: timestamp of {where} must be epoch milliseconds >= 0 or ISO-8601, got {value!r} "
+        "(or -2 / -1: earliest / latest)"
     )
 
 

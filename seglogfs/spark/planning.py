@@ -242,6 +242,8 @@ def start_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
     stamp = bounds.start_times.for_log(lg.name) if bounds.start_times else None
     if stamp is None:
         return _resolve_bound(lg, bounds.starting.for_log(lg.name), log_end)
+    if stamp in (EARLIEST, LATEST):  # Kafka's ListOffsets: -2 / -1 as a time are earliest / latest
+        return _resolve_bound(lg, stamp, log_end)
     found = offset_for_timestamp(lg, stamp, opts.isolation)
     if found is not None:
         return found
@@ -261,6 +263,8 @@ def end_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
     stamp = bounds.end_times.for_log(lg.name) if bounds.end_times else None
     if stamp is None:
         return _resolve_bound(lg, bounds.ending.for_log(lg.name), log_end)
+    if stamp in (EARLIEST, LATEST):
+        return _resolve_bound(lg, stamp, log_end)
     found = offset_for_timestamp(lg, stamp, opts.isolation)
     return log_end if found is None else found
 

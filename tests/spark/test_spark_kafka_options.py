@@ -78,9 +78,9 @@ def rows_by_log(options: dict) -> dict[str, list[tuple]]:
             "minOffsetsPerTrigger=20 is higher than maxOffsetsPerTrigger=15",
         ),
         ({"startingOffsetsByTimestampStrategy": "middle"}, "Strategy='middle': expected error or latest"),
-        # Kafka's ListOffsets reads -1 as latest: taken as a time it read from the earliest instead
-        ({"startingTimestamp": "-1"}, "startingTimestamp='-1': must be epoch milliseconds >= 0"),
-        ({"endingTimestamp": "-2"}, "endingTimestamp='-2': must be epoch milliseconds >= 0"),
+        # -2 / -1 are earliest / latest (Kafka's ListOffsets); another negative is no time
+        ({"startingTimestamp": "-5"}, "startingTimestamp='-5': must be epoch milliseconds >= 0"),
+        ({"endingTimestamp": "-3"}, "endingTimestamp='-3': must be epoch milliseconds >= 0"),
         ({"endingTimestamp": "noon"}, "endingTimestamp='noon': expected epoch milliseconds or ISO-8601"),
         # named as Spark's docs spell them (they were named lower-cased)
         ({"minPartitions": "0"}, "option minPartitions='0': must be >= 1"),
@@ -242,6 +242,32 @@ def test_offsets_by_timestamp_per_partition(data_dir: Path) -> None:
         assert got["s-0"] == engine_rows(data_dir / "s-0", *exp_a)
         assert got["s-1"] == engine_rows(data_dir / "s-1", *exp_b)
     assert 0 < exp_a[0] < exp_a[1] < 400 and 0 < exp_b[0] < exp_b[1] < 200
+
+
+def test_offsets_by_timestamp_minus_two_and_minus_one_are_earliest_and_latest(data_dir: Path) -> None:
+    """Spark's Kafka source hands the times to Kafka's ListOffsets, which reads -2 as earliest and -1
+    as latest: a job naming every partition (as it must) starts some at the beginning that way. They
+    were refused (the JSON forms) or taken as times (startingTimestamp=-1 read from the earliest)."""
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    start_a = T_A + 3005
+    got = rows_by_log(
+        {
+            "path": data_dir,
+            "startingOffsetsByTimestamp": json.dumps({"s": {"0": start_a, "1": -2}}),
+            "endingOffsetsByTimestamp": json.dumps({"s-0": -1, "s-1": -1}),
+        }
+    )
+    assert got["s-0"] == engine_rows(data_dir / "s-0", first_at_or_after(data_dir / "s-0", start_a))
+    assert got["s-1"] == engine_rows(data_dir / "s-1")
+    got = rows_by_log({"path": data_dir, "startingOffsetsByTimestamp": '{"s": {"0": -1, "1": -2}}',
+                       "endingOffsetsByTimestamp": '{"s": {"0": -1, "1": -2}}'})
+    assert set(got) == set()  # s-0 starts at its end, s-1 ends at its start
+    assert rows_by_log({"path": data_dir, "startingTimestamp": "-2"}) == rows_by_log({"path": data_dir})
+    assert rows_by_log({"path": data_dir, "startingTimestamp": "-1"}) == {}
+    by_ts = json.dumps({"s": {"0": -1, "1": -2}})
+    reader = SeglogStreamReader({"path": str(data_dir), "startingoffsetsbytimestamp": by_ts})
+    assert reader.initialOffset() == {"s-0": 400, "s-1": 0}
 
 
 def test_timestamp_precedence(data_dir: Path) -> None:
