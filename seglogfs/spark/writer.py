@@ -68,7 +68,13 @@ class SeglogCommitMessage(WriterCommitMessage):
 
 
 def _log_config_overrides(options: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in options.items() if "." in k and k not in _WRITER_OPTIONS}
+    """Topic configs given as options (``segment.bytes``...); ``kafka.*`` producer settings of a moved
+    Kafka job do not apply to the sink and are ignored."""
+    return {
+        k: v
+        for k, v in options.items()
+        if "." in k and k not in _WRITER_OPTIONS and not k.startswith("kafka.")
+    }
 
 
 class SeglogWriter(DataSourceArrowWriter):
