@@ -31,6 +31,8 @@ from seglogfs.timestamps import parse_iso8601_ms
 
 EARLIEST = -2
 LATEST = -1
+#: the negative times Kafka's ListOffsets (behind Spark's Kafka source) reads as earliest / latest
+_SPECIAL = (EARLIEST, LATEST)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -49,8 +51,8 @@ class OptionError(ValueError):
 
 
 def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    """A boolean option (true/false, 1/0, yes/no, on/off)."""
-    raw = options.get(key)
+    """A boolean option (true/false, 1/0, yes/no, on/off; looked up lower-cased, named as given)."""
+    raw = options.get(key.lower())
     if raw is None:
         return default
     text = str(raw).strip().lower()
@@ -76,13 +78,21 @@ def parse_int(options: Mapping[str, str], key: str, default: int | None, *, mini
 
 
 def parse_timestamp_ms(options: Mapping[str, str], key: str) -> int | None:
-    """Epoch milliseconds, given as an integer or an ISO-8601 text (naive = UTC)."""
-    raw = options.get(key)
+    """Epoch milliseconds >= 0, given as an integer or an ISO-8601 text (naive = UTC); looked up
+    lower-cased, named as given. As Kafka's ListOffsets, -2 is earliest and -1 latest (returned as
+    :data:`EARLIEST` / :data:`LATEST`); any other negative number is refused."""
+    raw = options.get(key.lower())
     if raw is None:
         return None
     text = str(raw).strip()
     if re.fullmatch(r"-?\d+", text):
-        return int(text)
+        value = int(text)
+        if value < 0 and value not in _SPECIAL:
+            raise OptionError(
+                f"option {key}={raw!r}: must be epoch milliseconds >= 0 or ISO-8601 (or -2 / -1: "
+                "earliest / latest)"
+            )
+        return value
     try:
         return parse_iso8601_ms(text)
     except ValueError:
@@ -208,15 +218,17 @@ def _offset_value(key: str, where: str, value: Any) -> int:
 
 
 def _timestamp_value(key: str, where: str, value: Any) -> int:
+    """Epoch ms, or -2 / -1 for earliest / latest (Kafka's ListOffsets, behind Spark's Kafka source)."""
     if isinstance(value, str):
         try:
             return parse_iso8601_ms(value.strip())
         except ValueError:
             pass
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    elif isinstance(value, int) and not isinstance(value, bool) and (value >= 0 or value in _SPECIAL):
         return value
     raise OptionError(
-        f"option {key}: timestamp of {where} must be epoch milliseconds >= 0 or ISO-8601, got {value!r}"
+        f"option {key}: timestamp of {where} must be epoch milliseconds >= 0 or ISO-8601, got {value!r} "
+        "(or -2 / -1: earliest / latest)"
     )
 
 
@@ -356,15 +368,15 @@ class ReadOptions:
         """The read options from Spark's (lower-cased) option map."""
         lowered = {str(k).lower(): v for k, v in options.items()}
         opts = cls(
-            include_headers=parse_bool(lowered, "includeheaders", False),
-            fail_on_data_loss=parse_bool(lowered, "failondataloss", True),
-            min_partitions=parse_int(lowered, "minpartitions", None, minimum=1),
+            include_headers=parse_bool(lowered, "includeHeaders", False),
+            fail_on_data_loss=parse_bool(lowered, "failOnDataLoss", True),
+            min_partitions=parse_int(lowered, "minPartitions", None, minimum=1),
             max_records_per_partition=parse_int(lowered, "maxRecordsPerPartition", None, minimum=1),
-            max_offsets_per_trigger=parse_int(lowered, "maxoffsetspertrigger", None, minimum=1),
+            max_offsets_per_trigger=parse_int(lowered, "maxOffsetsPerTrigger", None, minimum=1),
             min_offsets_per_trigger=parse_int(lowered, "minOffsetsPerTrigger", None, minimum=1),
             max_trigger_delay_ms=parse_duration(lowered, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
-            starting_timestamp=parse_timestamp_ms(lowered, "startingtimestamp"),
-            ending_timestamp=parse_timestamp_ms(lowered, "endingtimestamp"),
+            starting_timestamp=parse_timestamp_ms(lowered, "startingTimestamp"),
+            ending_timestamp=parse_timestamp_ms(lowered, "endingTimestamp"),
             timestamp_strategy=parse_choice(
                 lowered, "startingOffsetsByTimestampStrategy", TIMESTAMP_STRATEGIES
             ),
@@ -372,8 +384,8 @@ class ReadOptions:
             topics=parse_topics(lowered),
             topic_pattern=parse_pattern(lowered, "subscribePattern"),
             assign=parse_assign(lowered, "assign"),
-            max_batch_rows=parse_int(lowered, "maxbatchrows", 65_536, minimum=1) or 65_536,
-            push_filters=parse_bool(lowered, "pushfilters", False),
+            max_batch_rows=parse_int(lowered, "maxBatchRows", 65_536, minimum=1) or 65_536,
+            push_filters=parse_bool(lowered, "pushFilters", False),
             isolation=parse_isolation(lowered),
         )
         low, high = opts.min_offsets_per_trigger, opts.max_offsets_per_trigger

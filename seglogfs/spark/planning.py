@@ -212,7 +212,18 @@ def parse_bounds(
     )
     if ending.default == EARLIEST and not ending.per_log and end_times is None:
         raise OptionError("option endingOffsets: earliest is not allowed for a batch query")
+    if start_times is None:
+        _refuse_in_batch(starting, "startingOffsets", LATEST, "latest (-1)")
+    if end_times is None:
+        _refuse_in_batch(ending, "endingOffsets", EARLIEST, "earliest (-2)")
     return Bounds(starting, ending, start_times, end_times)
+
+
+def _refuse_in_batch(spec: OffsetSpec, option: str, value: int, text: str) -> None:
+    """Kafka's validateBatchOptions: a log's JSON offset may not be ``value`` in a batch query."""
+    for name, offset in sorted(spec.per_log.items()):
+        if offset == value:
+            raise OptionError(f"option {option}: {text} for log {name} is not allowed for a batch query")
 
 
 def _resolve_bound(lg: Log, value: int, log_end: int) -> int:
@@ -231,6 +242,8 @@ def start_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
     stamp = bounds.start_times.for_log(lg.name) if bounds.start_times else None
     if stamp is None:
         return _resolve_bound(lg, bounds.starting.for_log(lg.name), log_end)
+    if stamp in (EARLIEST, LATEST):  # Kafka's ListOffsets: -2 / -1 as a time are earliest / latest
+        return _resolve_bound(lg, stamp, log_end)
     found = offset_for_timestamp(lg, stamp, opts.isolation)
     if found is not None:
         return found
@@ -250,6 +263,8 @@ def end_offset(lg: Log, opts: ReadOptions, bounds: Bounds) -> int:
     stamp = bounds.end_times.for_log(lg.name) if bounds.end_times else None
     if stamp is None:
         return _resolve_bound(lg, bounds.ending.for_log(lg.name), log_end)
+    if stamp in (EARLIEST, LATEST):
+        return _resolve_bound(lg, stamp, log_end)
     found = offset_for_timestamp(lg, stamp, opts.isolation)
     return log_end if found is None else found
 

@@ -4,7 +4,8 @@
   ``startingOffsets`` (default ``latest``; ``earliest`` or JSON as for batch reads). A restart resumes
   from the checkpointed offsets exactly. ``endingOffsets`` / ``endingOffsetsByTimestamp`` are refused
   (as Kafka: a stream has no end).
-- Logs that appear later (a new directory in the data dir) start at their earliest offset.
+- Logs that appear later (a new directory in the data dir) start at their earliest offset; one that
+  no longer starts at offset 0 (retention came first) is data loss, as Kafka's added partitions.
 - ``maxOffsetsPerTrigger`` caps each micro-batch, shared out across logs in proportion to their
   backlog without starving small ones (Spark's Kafka rule). ``minOffsetsPerTrigger`` holds a trigger
   back until that many new offsets are there or ``maxTriggerDelay`` (default 15m) has passed since the
@@ -131,9 +132,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             return latest
         begin = {name: start.get(name, bounds[name][0]) for name in latest}
+        # A log ending below ``start`` (recreated, truncated) was reported: with failOnDataLoss=false
+        # the stream goes on from its new end, as Kafka's (its new records there are then read).
         self._check_not_behind(start, bounds)
-        # Never move backwards (a log end can only grow; a checkpoint may be ahead after data loss).
-        latest = {name: max(end, begin[name]) for name, end in latest.items()}
         for name, value in start.items():
             latest.setdefault(name, value)
             begin.setdefault(name, value)
@@ -149,7 +150,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _check_not_behind(self, start: dict, bounds: dict[str, tuple[int, int]]) -> None:
         """Spark's Kafka rule: a log gone, or ending below the offsets already read (deleted and
         recreated, or truncated), is data loss: an error, or a warning with ``failOnDataLoss=false``
-        (the stream then goes on from where it was)."""
+        (the stream then goes on from the log's new end, as Kafka's)."""
         for name, offset in start.items():
             if name not in bounds:
                 report_data_loss(f"log {name} is gone (the stream had read it up to offset {offset})",
@@ -157,7 +158,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif bounds[name][1] < offset:
                 report_data_loss(
                     f"log {name} ends at offset {bounds[name][1]}, below offset {offset} that the "
-                    "stream had already read (deleted and recreated, or truncated)",
+                    "stream had already read (deleted and recreated, or truncated); going on from "
+                    f"offset {bounds[name][1]}",
                     self.opts.fail_on_data_loss,
                 )
 
@@ -173,7 +175,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if last is None or (now - last) * 1000 >= self.opts.max_trigger_delay_ms:
             self._last_trigger = now
             return False
-        if sum(latest[name] - begin[name] for name in latest) < minimum:
+        if sum(max(latest[name] - begin[name], 0) for name in latest) < minimum:
             return True
         self._last_trigger = now
         return False
@@ -192,6 +194,21 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log_start, log_end = lg.start_offset, readable_end(lg, self.opts.isolation)
                 lo = start.get(name, log_start)
                 hi = end[name]
+                if name not in start and log_start > 0:
+                    # Spark's Kafka rule: a partition found later is read from 0 ("Added partition
+                    # starts from N instead of 0")
+                    report_data_loss(
+                        f"log {name} appeared after the stream started but starts at offset {log_start}, "
+                        f"not 0: offsets 0..{log_start - 1} were removed before the stream read them",
+                        self.opts.fail_on_data_loss,
+                    )
+                if lo > hi:  # Kafka's "offset was changed": the records in between were never read
+                    report_data_loss(
+                        f"log {name}: the batch starts at offset {lo}, after its end {hi} (the log was "
+                        "recreated or truncated, or a first batch replayed after a restart started anew "
+                        "at the latest offsets)",
+                        self.opts.fail_on_data_loss,
+                    )
                 if lo >= hi:
                     continue
                 if lo < log_start:

@@ -68,7 +68,13 @@ class SeglogCommitMessage(WriterCommitMessage):
 
 
 def _log_config_overrides(options: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in options.items() if "." in k and k not in _WRITER_OPTIONS}
+    """Topic configs given as options (``segment.bytes``...); ``kafka.*`` producer settings of a moved
+    Kafka job do not apply to the sink and are ignored."""
+    return {
+        k: v
+        for k, v in options.items()
+        if "." in k and k not in _WRITER_OPTIONS and not k.startswith("kafka.")
+    }
 
 
 class SeglogWriter(DataSourceArrowWriter):
@@ -92,7 +98,7 @@ class SeglogWriter(DataSourceArrowWriter):
         if self.single_log is None and self.default_topic is None and "topic" not in names:
             raise OptionError("seglog sink: writing to a data dir needs a 'topic' column or option")
         self.mount = options.get("mount")
-        self.mount_write_bytes = parse_int(options, "mountwritebytes", _MOUNT_WRITE_BYTES, minimum=1)
+        self.mount_write_bytes = parse_int(options, "mountWriteBytes", _MOUNT_WRITE_BYTES, minimum=1)
         self.staging = options.get("stagingdir") or os.path.join(tempfile.gettempdir(), "seglog-staging")
         self.job_id = uuid.uuid4().hex
         self.config_overrides = _log_config_overrides(options)

@@ -78,6 +78,15 @@ def rows_by_log(options: dict) -> dict[str, list[tuple]]:
             "minOffsetsPerTrigger=20 is higher than maxOffsetsPerTrigger=15",
         ),
         ({"startingOffsetsByTimestampStrategy": "middle"}, "Strategy='middle': expected error or latest"),
+        # -2 / -1 are earliest / latest (Kafka's ListOffsets); another negative is no time
+        ({"startingTimestamp": "-5"}, "startingTimestamp='-5': must be epoch milliseconds >= 0"),
+        ({"endingTimestamp": "-3"}, "endingTimestamp='-3': must be epoch milliseconds >= 0"),
+        ({"endingTimestamp": "noon"}, "endingTimestamp='noon': expected epoch milliseconds or ISO-8601"),
+        # named as Spark's docs spell them (they were named lower-cased)
+        ({"minPartitions": "0"}, "option minPartitions='0': must be >= 1"),
+        ({"maxOffsetsPerTrigger": "x"}, "option maxOffsetsPerTrigger='x': expected an integer"),
+        ({"failOnDataLoss": "maybe"}, "option failOnDataLoss='maybe': expected true or false"),
+        ({"includeHeaders": "2"}, "option includeHeaders='2': expected true or false"),
     ],
 )
 def test_read_option_errors_name_the_option_and_value(options: dict, message: str) -> None:
@@ -152,6 +161,40 @@ def test_a_stream_whose_log_was_recreated_or_deleted_reports_data_loss(tmp_path:
     assert "log d-0 is gone" in caplog.text
 
 
+def test_a_lenient_stream_reads_a_recreated_log_from_its_new_end(tmp_path: Path, caplog) -> None:
+    """failOnDataLoss=false over a log recreated below what was read: as Spark's Kafka source, the
+    stream reports it and goes on from the log's new end (it stayed at the old offset, so the new
+    log's records up to there were never read)."""
+    import shutil
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from seglogfs.spark.scan import DataLossError
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    make_log(tmp_path, "t-0", batches=10, per_batch=10)
+    shutil.rmtree(tmp_path / "t-0")
+    log_dir = make_log(tmp_path, "t-0", batches=5, per_batch=10)
+    lenient = SeglogStreamReader({"path": str(tmp_path), "failondataloss": "false"})
+    end = lenient.latestOffset({"t-0": 100}, ReadAllAvailable())
+    assert end == {"t-0": 50}
+    assert "log t-0 ends at offset 50, below offset 100" in caplog.text
+    assert lenient.partitions({"t-0": 100}, end) == []
+    # A batch planned from above its end (a replayed first batch whose start, re-resolved as
+    # latest, passed the end it was planned with) is data loss too, as Kafka's "offset was changed"
+    strict = SeglogStreamReader({"path": str(tmp_path)})
+    with pytest.raises(DataLossError, match=r"log t-0: the batch starts at offset 100, after its end 50"):
+        strict.partitions({"t-0": 100}, end)
+    with Log.open(log_dir) as lg:
+        append_records(lg, 2, 10)
+    end = lenient.latestOffset({"t-0": 50}, ReadAllAvailable())
+    assert end == {"t-0": 70}
+    parts = lenient.partitions({"t-0": 50}, end)
+    assert [o for p in parts for b in lenient.read(p) for o in b.column("offset").to_pylist()] == list(
+        range(50, 70)
+    )
+
+
 def test_assign_subscribe_and_subscribe_pattern(tmp_path: Path) -> None:
     for name in ("clicks-0", "clicks-1", "views-0", "audit"):
         make_log(tmp_path, name, batches=1, per_batch=3)
@@ -199,6 +242,32 @@ def test_offsets_by_timestamp_per_partition(data_dir: Path) -> None:
         assert got["s-0"] == engine_rows(data_dir / "s-0", *exp_a)
         assert got["s-1"] == engine_rows(data_dir / "s-1", *exp_b)
     assert 0 < exp_a[0] < exp_a[1] < 400 and 0 < exp_b[0] < exp_b[1] < 200
+
+
+def test_offsets_by_timestamp_minus_two_and_minus_one_are_earliest_and_latest(data_dir: Path) -> None:
+    """Spark's Kafka source hands the times to Kafka's ListOffsets, which reads -2 as earliest and -1
+    as latest: a job naming every partition (as it must) starts some at the beginning that way. They
+    were refused (the JSON forms) or taken as times (startingTimestamp=-1 read from the earliest)."""
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    start_a = T_A + 3005
+    got = rows_by_log(
+        {
+            "path": data_dir,
+            "startingOffsetsByTimestamp": json.dumps({"s": {"0": start_a, "1": -2}}),
+            "endingOffsetsByTimestamp": json.dumps({"s-0": -1, "s-1": -1}),
+        }
+    )
+    assert got["s-0"] == engine_rows(data_dir / "s-0", first_at_or_after(data_dir / "s-0", start_a))
+    assert got["s-1"] == engine_rows(data_dir / "s-1")
+    got = rows_by_log({"path": data_dir, "startingOffsetsByTimestamp": '{"s": {"0": -1, "1": -2}}',
+                       "endingOffsetsByTimestamp": '{"s": {"0": -1, "1": -2}}'})
+    assert set(got) == set()  # s-0 starts at its end, s-1 ends at its start
+    assert rows_by_log({"path": data_dir, "startingTimestamp": "-2"}) == rows_by_log({"path": data_dir})
+    assert rows_by_log({"path": data_dir, "startingTimestamp": "-1"}) == {}
+    by_ts = json.dumps({"s": {"0": -1, "1": -2}})
+    reader = SeglogStreamReader({"path": str(data_dir), "startingoffsetsbytimestamp": by_ts})
+    assert reader.initialOffset() == {"s-0": 400, "s-1": 0}
 
 
 def test_timestamp_precedence(data_dir: Path) -> None:

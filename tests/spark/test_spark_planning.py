@@ -78,7 +78,7 @@ def test_read_options_parse() -> None:
     assert opts.include_headers and not opts.fail_on_data_loss and opts.min_partitions == 4
     assert opts.starting_timestamp == 1_700_000_000_000
     assert opts.logs == ["a", "b"]
-    with pytest.raises(OptionError, match="minpartitions"):
+    with pytest.raises(OptionError, match="option minPartitions='zero': expected an integer"):
         ReadOptions.parse({"minpartitions": "zero"})
 
 
@@ -155,6 +155,20 @@ def test_latest_start_and_earliest_end_are_refused_for_batch(data_dir: Path) -> 
         source_rows({"path": data_dir / "ev-0", "startingOffsets": "latest"})
     with pytest.raises(OptionError, match="earliest is not allowed"):
         source_rows({"path": data_dir / "ev-0", "endingOffsets": "earliest"})
+
+
+def test_latest_start_and_earliest_end_of_one_log_are_refused_for_batch(data_dir: Path) -> None:
+    """As Kafka's validateBatchOptions: -1 (latest) as a log's start or -2 (earliest) as its end in
+    the JSON forms is refused too (both read nothing without a word)."""
+    with pytest.raises(OptionError, match=r"startingOffsets: latest \(-1\) for log ev-1 is not allowed"):
+        source_rows({"path": data_dir, "startingOffsets": '{"ev": {"0": 5, "1": -1}}'})
+    with pytest.raises(OptionError, match=r"endingOffsets: earliest \(-2\) for log ev-0 is not allowed"):
+        source_rows({"path": data_dir, "endingOffsets": '{"ev-0": -2}'})
+    # a timestamp start wins over startingOffsets (Kafka's precedence): nothing to refuse then
+    _, rows = source_rows(
+        {"path": data_dir / "ev-0", "startingOffsets": '{"ev-0": -1}', "startingTimestamp": "0"}
+    )
+    assert rows == engine_rows(data_dir / "ev-0")
 
 
 def test_timestamp_ranges(data_dir: Path) -> None:
@@ -466,6 +480,38 @@ def test_stream_data_loss_after_retention(tmp_path: Path, caplog) -> None:
     offsets = [o for p in parts for b in lenient.read(p) for o in b.column("offset").to_pylist()]
     assert offsets == list(range(start, 1000))
     assert "were removed" in caplog.text
+
+
+def test_stream_log_found_later_without_its_first_records_is_data_loss(tmp_path: Path, caplog) -> None:
+    """Spark's Kafka rule for a partition found after the query started ("Added partition starts
+    from N instead of 0"): it is read from offset 0, so a log whose first records retention removed
+    before the stream saw it is data loss (an incremental export skipped them without a word)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from seglogfs.spark.stream import SeglogStreamReader
+
+    make_log(tmp_path, "a-0", batches=2)
+    options = {"path": str(tmp_path), "startingoffsets": "earliest"}
+    assert SeglogStreamReader(options).initialOffset() == {"a-0": 0}
+    read = {"a-0": 50}  # a-0 read to its end; then late-0 appears and loses its first segments
+    log_start = _retention_drop_first_segments(make_log(tmp_path, "late-0"), 20_000)
+    assert log_start > 0
+    strict = SeglogStreamReader(options)
+    end = strict.latestOffset(read, ReadAllAvailable())
+    assert end == {"a-0": 50, "late-0": 1000}
+    with pytest.raises(DataLossError, match=f"log late-0 .* starts at offset {log_start}, not 0"):
+        strict.partitions(read, end)
+    lenient = SeglogStreamReader({**options, "failondataloss": "false"})
+    with caplog.at_level(logging.WARNING, logger="seglogfs.spark"):
+        parts = lenient.partitions(read, end)
+    offsets = [o for p in parts for b in lenient.read(p) for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(log_start, 1000))
+    assert f"starts at offset {log_start}, not 0" in caplog.text
+    # a log found later that still starts at 0 is no loss
+    make_log(tmp_path, "fresh-0", batches=1)
+    end = strict.latestOffset(read, ReadAllAvailable())
+    parts = strict.partitions({**read, "late-0": 1000}, end)
+    assert [(p.log, p.start_offset, p.end_offset) for p in parts] == [("fresh-0", 0, 25)]
 
 
 def test_log_start_checkpoint_and_a_log_dir_without_segments(tmp_path: Path) -> None:

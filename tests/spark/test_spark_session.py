@@ -214,6 +214,20 @@ def test_write_then_read_round_trip(spark, tmp_path: Path) -> None:
     assert values in (list(range(400)), list(range(200, 400)) + list(range(200)))
 
 
+
+def test_write_ignores_kafka_producer_options(spark, tmp_path: Path) -> None:
+    """``kafka.*`` producer settings are not applicable to the sink and ignored (as the README's table
+    says); a moved Kafka job's ``kafka.acks`` failed the commit as an unknown log config. A topic
+    config given as an option is still taken."""
+    data = tmp_path / "data"
+    (
+        spark.range(30).selectExpr("cast(id as string) as value").coalesce(1).write.format("seglog")
+        .mode("append").option("topic", "moved").option("kafka.bootstrap.servers", "broker:9092")
+        .option("kafka.acks", "all").option("segment.bytes", "1000").save(str(data))
+    )
+    assert [r[2] for r in engine_rows(data / "moved")] == [str(i).encode() for i in range(30)]
+
+
 def test_filter_pushdown_prunes_tasks(spark, data_dir: Path) -> None:
     log_dir = str(data_dir / "ev-0")
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
