@@ -15,8 +15,9 @@ Batches the cleaner never changes: legacy (v0/v1) entries, transactional and con
 from a broker). Kafka would drop aborted transactional records and, past the delete horizon,
 transaction markers; that needs the transaction index, which seglogfs does not keep, so such batches
 are copied untouched and their keys are not entered in the map (an aborted record must never make a
-committed one of the same key go away). Records without a key are dropped, as Kafka's cleaner does
-(a compacted log refuses them at append).
+committed one of the same key go away); a tombstone after such a batch stays past its delete horizon
+(dropping it would bring back an untouched older record of its key). Records without a key are
+dropped, as Kafka's cleaner does (a compacted log refuses them at append).
 """
 
 from __future__ import annotations
@@ -217,6 +218,7 @@ class Cleaner:
         self.should_stop = should_stop
         self.peak_map_bytes = 0
         self._read_size = self.window_bytes
+        self._untouched_records = False  # this clean's recopy met untouched user records (FilterStats)
 
     def clean(self, lg: Log, span: CleanRange, now_ms: int) -> CleanResult:
         """One clean of ``lg``'s dirty section ``span`` (see the module docstring)."""
@@ -231,6 +233,7 @@ class Cleaner:
         full = self._build_offset_map(dirty_segments, offset_map, start)
         end = max(offset_map.latest_offset + 1, start)
         result = CleanResult(lg.name, start, end, full)
+        self._untouched_records = False
         sources = [s for s in lg.segments[:-1] if s.base_offset < end]
         cfg = lg.config
         for group in group_segments_by_size(sources, cfg.segment_bytes, cfg.segment_index_bytes, upper):
@@ -295,7 +298,7 @@ class Cleaner:
             max_index_size=min(cfg.segment_index_bytes, entries * 12),
             file_suffix=CLEANED_SUFFIX,
         )
-        stats = FilterStats()
+        stats = FilterStats(untouched_records=self._untouched_records)
         try:
             for segment in group:
                 for window in self._windows(segment, 0):
@@ -309,6 +312,7 @@ class Cleaner:
                         path=segment.log_path,
                     )
                     self._append(cleaned, out)
+            self._untouched_records = stats.untouched_records
             if len(group) == 1 and stats.batches_rewritten == 0 and stats.batches_kept == stats.batches_read:
                 _discard(cleaned, lg, base)  # every batch copied as it was: the segment stays as it is
                 result.bytes_in += bytes_in

@@ -23,6 +23,7 @@ from support.cleaner_helpers import (
     open_manager,
 )
 from support.engine_helpers import ManualClock
+from support.producer_batches import control_batch
 
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.cleaner_manager import Throttler
@@ -30,6 +31,7 @@ from seglogfs.errors import InvalidRecordError
 from seglogfs.log_cleaner import CleanAborted, Cleaner, cleanable_range, group_segments_by_size
 from seglogfs.log_files import CLEANER_OFFSET_CHECKPOINT
 from seglogfs.log_manager import LogManager
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 from seglogfs.records import ProducerRecord, encode_batch, read_batch_header
 
 
@@ -284,6 +286,34 @@ def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
         data = lg.segments[0].log_path.read_bytes()
         assert txn in data  # byte for byte
         assert engine_records(lg) == [(1, b"a", b"2"), (2, b"b", b"3"), (3, b"a", b"4")]
+
+
+def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon(tmp_path: Path) -> None:
+    """A committed transactional record (copied untouched: its key is never mapped) followed by a
+    tombstone of its key: once the horizon passed, the cleaner dropped the tombstone and the deleted
+    key came back with its old value (under read_committed too)."""
+    log_dir = tmp_path / "t-0"
+    log_dir.mkdir()
+    now = 1_700_000_000_000
+    txn = with_attributes(encode_batch([ProducerRecord(key=b"a", value=b"old")], 0, now_ms=now), 0x10, 42)
+    commit = control_batch(1, 42, epoch=read_batch_header(txn, 0).producer_epoch, ts=now)
+    tombstone = encode_batch([ProducerRecord(key=b"a", value=None)], 2, now_ms=now)
+    (log_dir / "00000000000000000000.log").write_bytes(txn + commit + tombstone)
+    (log_dir / "00000000000000000003.log").write_bytes(b"")
+    clock = ManualClock(now)
+    with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
+        lg = manager.get("t-0")
+        assert manager.clean_once(now) is not None  # sets the tombstone's horizon
+        lg.append([ProducerRecord(key=b"b", value=b"1")])
+        lg.roll()
+        assert manager.clean_once(now + 10_000) is not None  # past the horizon
+        for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
+            latest = latest_per_key(
+                [(r.offset, r.key, r.value) for r in lg.iter_records(isolation=isolation)]
+            )
+            assert latest[b"a"] == (2, None)
+        assert txn in lg.segments[0].log_path.read_bytes()  # still untouched
+    assert_verifies(log_dir)
 
 
 def test_a_reader_of_a_replaced_segment_finishes_it(tmp_path: Path) -> None:
