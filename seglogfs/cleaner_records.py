@@ -68,6 +68,7 @@ _CRC_AT, _CRC_FROM = 17, 21
 _DELETE_HORIZON = 0x40
 _KEEP_FLAGS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control: what an empty header keeps
 _CODEC = 0x07
+_LONG_MAX = 2**63 - 1  # a delete horizon saturates here (delete.retention.ms may be Long.MAX_VALUE)
 _NOT_COMPACTABLE = 0x10 | 0x20  # transactional, control
 # Base offsets records_area accepts without a check of its own (2**31 from either end of int64).
 _PLAIN_BASE_OFFSETS = (-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31))
@@ -310,7 +311,7 @@ def filter_window(
         if kept:
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
-            horizon = now_ms + delete_retention_ms if needs_horizon else None
+            horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon else None
             rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
                 data = source.data(header)

@@ -316,6 +316,27 @@ def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon
     assert_verifies(log_dir)
 
 
+def test_a_delete_retention_of_long_max_keeps_tombstones(tmp_path: Path) -> None:
+    """delete.retention.ms up to Long.MAX_VALUE is accepted ("keep tombstones"): now + retention
+    overflowed int64 and every clean of the log failed with OverflowError. The horizon saturates."""
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(delete_retention_ms=2**63 - 1), clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1")])
+        lg.append([ProducerRecord(key=b"a", value=None), ProducerRecord(key=b"b", value=b"2")])
+        lg.roll()
+        assert manager.clean_once(clock.ms) is not None
+        tomb = next(h for h in headers_of(lg) if h.base_offset == 1)
+        assert tomb.has_delete_horizon and tomb.base_timestamp == 2**63 - 1
+        assert engine_records(lg) == [(1, b"a", None), (2, b"b", b"2")]
+        assert kafka_python_records(lg.dir) == engine_records(lg)
+        assert [r.timestamp for r in lg.iter_records()] == [clock.ms, clock.ms]
+        lg.append([ProducerRecord(key=b"c", value=b"3")])
+        lg.roll()
+        assert manager.clean_once(clock.ms + 10**12) is not None
+        assert (1, b"a", None) in engine_records(lg)
+
+
 def test_a_reader_of_a_replaced_segment_finishes_it(tmp_path: Path) -> None:
     clock = ManualClock()
     with open_manager(tmp_path, compact_config(file_delete_delay_ms=60_000), clock) as manager:
