@@ -378,6 +378,28 @@ def test_threads_clean_in_the_background_and_log_each_clean(tmp_path: Path, capl
     ), messages
 
 
+def test_a_log_whose_clean_fails_unexpectedly_does_not_starve_the_others(tmp_path: Path, monkeypatch) -> None:
+    """A clean that raised an unexpected error (a bug) left its log the dirtiest: every round picked
+    it again and failed, and no other log was ever cleaned. Kafka marks it uncleanable."""
+    clock = ManualClock()
+    real_clean = Cleaner.clean
+
+    def failing(self, lg, span, now_ms):
+        if lg.name == "a-0":
+            raise RuntimeError("a bug")
+        return real_clean(self, lg, span, now_ms)
+
+    monkeypatch.setattr(Cleaner, "clean", failing)
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        fill(manager.create_log("a-0"), rounds=3, keys=2)  # the dirtiest
+        fill(manager.create_log("b-0"), rounds=3, keys=8)
+        with pytest.raises(RuntimeError, match="a bug"):
+            manager.clean_once()
+        result = manager.clean_once()  # raised "a bug" again: a-0 was still the dirtiest
+        assert result is not None and result.log == "b-0"
+        assert manager.cleaner_state("a-0")["uncleanable"] == "RuntimeError: a bug"
+
+
 def test_disabled_or_read_only_cleaner_starts_no_thread(tmp_path: Path) -> None:
     with LogManager(tmp_path, compact_config(), cleaner_config=CleanerConfig(enable=False)) as manager:
         manager.start_cleaner()
