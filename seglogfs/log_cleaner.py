@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -225,9 +226,10 @@ class Cleaner:
         began = time.monotonic()
         start, upper = span.first_dirty_offset, span.first_uncleanable_offset
         dirty_segments = _sealed_overlapping(lg.segments, start, upper)
-        # No bigger table than the dirty section can fill (a record takes 7 bytes at least).
+        # No bigger table than the dirty section can fill: it holds at most one record an offset (its
+        # bytes are no bound: a compressed record may take less than a byte).
         offset_map = OffsetMap(
-            self.map_memory, self.load_factor, table_slots=sum(s.size for s in dirty_segments) // 6 + 64
+            self.map_memory, self.load_factor, table_slots=math.ceil((upper - start) / self.load_factor) + 64
         )
         self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)
         full = self._build_offset_map(dirty_segments, offset_map, start)
