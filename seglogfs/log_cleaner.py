@@ -239,7 +239,14 @@ class Cleaner:
         sources = [s for s in lg.segments[:-1] if s.base_offset < end]
         cfg = lg.config
         for group in group_segments_by_size(sources, cfg.segment_bytes, cfg.segment_index_bytes, upper):
-            self._clean_group(lg, group, offset_map, now_ms, result)
+            if not self._clean_group(lg, group, offset_map, now_ms, result):
+                # Retention took some of the group meanwhile: what is left of it was not cleaned, and a
+                # later group may drop a tombstone superseding a record of it (Kafka never runs the two
+                # at once). The clean stops here and the checkpoint stays: the next maps it all again.
+                log.info("cleaning log %s stopped at offset %d: retention removed segments meanwhile",
+                         lg.name, group[0].base_offset)  # fmt: skip
+                result.end_offset = start
+                break
         result.seconds = time.monotonic() - began
         log.info(
             "cleaned log %s: offsets [%d, %d), %d segments -> %d, %d -> %d bytes, %d of %d records "
@@ -282,12 +289,13 @@ class Cleaner:
 
     def _clean_group(
         self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, now_ms: int, result: CleanResult
-    ) -> None:
-        """Write the group's surviving batches as ``<base>.log.cleaned`` and swap it in."""
+    ) -> bool:
+        """Write the group's surviving batches as ``<base>.log.cleaned`` and swap it in. False when
+        the group is no longer part of the log (retention deleted some of it): nothing changed."""
         base = group[0].base_offset
         bytes_in = sum(s.size for s in group)
         if bytes_in == 0:
-            return
+            return True
         for stale in cleaned_files(lg.dir, base):
             stale.unlink()
         cfg = lg.config
@@ -321,7 +329,7 @@ class Cleaner:
                 result.bytes_out += bytes_in
                 result.records_read += stats.records_read
                 result.records_kept += stats.records_kept
-                return
+                return True
             self._finish(cleaned, group, lg)
             crash_point(f"wrote {cleaned.log_path.name}")
             new = lg.replace_segments(group, base, now_ms)
@@ -330,13 +338,14 @@ class Cleaner:
             raise
         if new is None:  # retention took some of the group meanwhile: this group's clean is void
             _discard(cleaned, lg, base)
-            return
+            return False
         result.segments_in += len(group)
         result.segments_out += 1
         result.bytes_in += bytes_in
         result.bytes_out += new.size
         result.records_read += stats.records_read
         result.records_kept += stats.records_kept
+        return True
 
     def _append(self, cleaned: LogSegment, out: list[CleanedBatch]) -> None:
         if out:

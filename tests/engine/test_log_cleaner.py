@@ -25,6 +25,7 @@ from support.cleaner_helpers import (
 from support.engine_helpers import ManualClock
 from support.producer_batches import control_batch
 
+from seglogfs import segment_swap
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.cleaner_manager import Throttler
 from seglogfs.errors import InvalidRecordError
@@ -466,6 +467,43 @@ def test_compact_and_delete_both_apply(tmp_path: Path) -> None:
         fill(lg, rounds=3)
         clock.advance(2000)
         assert lg.delete_old_segments(clock.ms) == 0  # compact alone: no time retention
+
+
+def test_a_group_retention_takes_meanwhile_stops_the_clean_and_keeps_the_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """compact,delete: retention deleted the first segment of a group while it was being cleaned, so
+    the group's swap was void, yet the checkpoint moved past the rest of the group. Its records were
+    never mapped again: the value below the key's tombstone stayed, and once the tombstone's horizon
+    passed the deleted key came back."""
+    clock = ManualClock()
+    cfg = compact_config(cleanup_policy="compact,delete", retention_ms=5_000, delete_retention_ms=10_000)
+    with open_manager(tmp_path, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"x", value=b"old", timestamp=clock.ms - 10_000)])  # retention's
+        lg.roll()
+        lg.append([ProducerRecord(key=b"k", value=b"v")])
+        lg.append([ProducerRecord(key=b"k", value=None)])
+        lg.roll()
+
+        deleted = []
+
+        def retention_meanwhile(step: str) -> None:
+            if step == "appended to 00000000000000000000.log.cleaned" and not deleted:
+                deleted.append(lg.delete_old_segments(clock.ms))
+
+        monkeypatch.setattr(segment_swap, "crash_hook", retention_meanwhile)
+        result = manager.clean_once(clock.ms)
+        monkeypatch.setattr(segment_swap, "crash_hook", None)
+        assert deleted == [1] and lg.start_offset == 1
+        checkpoint = manager.cleaner.first_dirty_offset(lg)
+        for key, now in ((b"z", clock.ms), (b"y", clock.ms + 10_000)):  # the horizon set, then passed
+            lg.append([ProducerRecord(key=key, value=b"1")])
+            lg.roll()
+            assert manager.clean_once(now) is not None
+        assert b"k" not in latest_per_key(engine_records(lg))  # was (1, b"v")
+        assert result is not None and result.end_offset == 0 and result.segments_out == 0
+        assert checkpoint == 0
 
 
 def test_the_engine_and_kafka_python_agree_after_cleaning(tmp_path: Path) -> None:
