@@ -4,7 +4,8 @@ clean next, the cleaner threads, ``cleaner-offset-checkpoint`` and each log's cl
 A round picks the dirtiest compacted log: the one with the largest dirty ratio among those over their
 ``min.cleanable.dirty.ratio`` (strictly, as Kafka compares) or with records older than
 ``max.compaction.lag.ms`` still dirty. A log being cleaned is skipped by the other threads. A log
-whose clean fails (a damaged batch) is left alone until restart, as Kafka marks it uncleanable.
+whose clean fails (a damaged batch, or an unexpected error) is left alone until restart, as Kafka
+marks it uncleanable.
 """
 
 from __future__ import annotations
@@ -163,6 +164,12 @@ class LogCleaner:
             self._state(lg.name).uncleanable = str(exc)
             log.error("log %s is uncleanable until restart: %s", lg.name, exc)
             return None
+        except Exception as exc:
+            # A bug: as Kafka does (LogCleaningException), the log is left alone until restart, so
+            # that it is not picked again as the dirtiest and the other logs still get cleaned.
+            if not (lg.read_only or lg.closed):
+                self._state(lg.name).uncleanable = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             with self._lock:
                 self._in_progress.discard(lg.name)

@@ -17,7 +17,9 @@ delete horizon. The surviving batch is then:
   (producerId >= 0: Kafka keeps a producer's last batch; we keep them all, which is never wrong).
 
 Legacy (v0/v1), transactional and control batches are copied untouched (see
-``seglogfs.log_cleaner``).
+``seglogfs.log_cleaner``). Their user records may be older versions of a tombstone's key that the
+cleaner never removes: a tombstone after such a batch stays past its delete horizon (dropping it would
+bring the untouched record back as the key's latest).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ _CRC_AT, _CRC_FROM = 17, 21
 _DELETE_HORIZON = 0x40
 _KEEP_FLAGS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control: what an empty header keeps
 _CODEC = 0x07
+_LONG_MAX = 2**63 - 1  # a delete horizon saturates here (delete.retention.ms may be Long.MAX_VALUE)
 _NOT_COMPACTABLE = 0x10 | 0x20  # transactional, control
 # Base offsets records_area accepts without a check of its own (2**31 from either end of int64).
 _PLAIN_BASE_OFFSETS = (-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31))
@@ -86,6 +89,9 @@ class FilterStats:
     batches_kept: int = 0
     #: batches written otherwise than read (records dropped, a delete horizon set, emptied)
     batches_rewritten: int = 0
+    #: a batch that may hold user records the cleaner leaves untouched (transactional, legacy) was
+    #: read, in this clean's recopy so far: every tombstone after it stays past its delete horizon
+    untouched_records: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +292,9 @@ def filter_window(
     :func:`_within_limit`)."""
     window = scan_window(source, path)
     headers = source.headers
-    keep, kept_counts, kept_tombstones, stays = _survivors(window, headers, offset_map, now_ms, source.last)
+    keep, kept_counts, kept_tombstones, stays = _survivors(
+        window, headers, offset_map, now_ms, source.last, stats
+    )
     stats.batches_read += len(headers)
     stats.records_read += int(window.counts.sum())
     out: list[CleanedBatch] = []
@@ -303,7 +311,7 @@ def filter_window(
         if kept:
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
-            horizon = now_ms + delete_retention_ms if needs_horizon else None
+            horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon else None
             rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
                 data = source.data(header)
@@ -320,15 +328,30 @@ def filter_window(
 
 
 def _survivors(
-    window: ScannedWindow, headers: list[BatchHeader], offset_map: OffsetMap, now_ms: int, last: bool
+    window: ScannedWindow,
+    headers: list[BatchHeader],
+    offset_map: OffsetMap,
+    now_ms: int,
+    last: bool,
+    stats: FilterStats,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(each record kept?, each batch's kept records and kept tombstones, each batch stays?). Only
     the batches that stay are visited one by one: a batch that loses every record it had, is no
-    idempotent producer's and does not end its segment (``last``) is simply gone."""
+    idempotent producer's and does not end its segment (``last``) is simply gone. A tombstone after
+    an untouched batch of user records (``stats.untouched_records``, updated here) stays."""
     keyed, h1, h2 = window_digests(window, offset_map)
     keep = np.zeros(len(window.offsets), dtype=bool)
     keep[keyed] = window.offsets[keyed] >= offset_map.get(h1, h2)
-    horizon_open = np.array(
+    untouched = np.array(
+        [
+            a is None and not h.is_control and h.records_count != 0
+            for h, a in zip(headers, window.areas, strict=True)
+        ],
+        dtype=bool,
+    )
+    shadowed = np.logical_or.accumulate(untouched) | stats.untouched_records
+    stats.untouched_records = bool(shadowed[-1]) if len(shadowed) else stats.untouched_records
+    horizon_open = shadowed | np.array(
         [not h.attributes & _DELETE_HORIZON or now_ms < h.base_timestamp for h in headers], dtype=bool
     )
     tombstone = window.value_lengths < 0

@@ -350,6 +350,13 @@ class LogConfig:
                 if not isinstance(value, tuple):
                     raise ConfigError(key, value, "expected a tuple of policies")
                 _parse_cleanup_policy(value, key)
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            # Kafka's LogConfig.validateValues: "conflict topic config setting ..."
+            raise ConfigError(
+                "min.compaction.lag.ms",
+                self.min_compaction_lag_ms,
+                f"must not exceed max.compaction.lag.ms ({self.max_compaction_lag_ms})",
+            )
         if self.compression_type == "none":
             # "none" is the producer-side name; Kafka's topic config calls it "uncompressed".
             object.__setattr__(self, "compression_type", "uncompressed")

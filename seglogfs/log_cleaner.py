@@ -15,14 +15,16 @@ Batches the cleaner never changes: legacy (v0/v1) entries, transactional and con
 from a broker). Kafka would drop aborted transactional records and, past the delete horizon,
 transaction markers; that needs the transaction index, which seglogfs does not keep, so such batches
 are copied untouched and their keys are not entered in the map (an aborted record must never make a
-committed one of the same key go away). Records without a key are dropped, as Kafka's cleaner does
-(a compacted log refuses them at append).
+committed one of the same key go away); a tombstone after such a batch stays past its delete horizon
+(dropping it would bring back an untouched older record of its key). Records without a key are
+dropped, as Kafka's cleaner does (a compacted log refuses them at append).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -217,24 +219,34 @@ class Cleaner:
         self.should_stop = should_stop
         self.peak_map_bytes = 0
         self._read_size = self.window_bytes
+        self._untouched_records = False  # this clean's recopy met untouched user records (FilterStats)
 
     def clean(self, lg: Log, span: CleanRange, now_ms: int) -> CleanResult:
         """One clean of ``lg``'s dirty section ``span`` (see the module docstring)."""
         began = time.monotonic()
         start, upper = span.first_dirty_offset, span.first_uncleanable_offset
         dirty_segments = _sealed_overlapping(lg.segments, start, upper)
-        # No bigger table than the dirty section can fill (a record takes 7 bytes at least).
+        # No bigger table than the dirty section can fill: it holds at most one record an offset (its
+        # bytes are no bound: a compressed record may take less than a byte).
         offset_map = OffsetMap(
-            self.map_memory, self.load_factor, table_slots=sum(s.size for s in dirty_segments) // 6 + 64
+            self.map_memory, self.load_factor, table_slots=math.ceil((upper - start) / self.load_factor) + 64
         )
         self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)
         full = self._build_offset_map(dirty_segments, offset_map, start)
         end = max(offset_map.latest_offset + 1, start)
         result = CleanResult(lg.name, start, end, full)
+        self._untouched_records = False
         sources = [s for s in lg.segments[:-1] if s.base_offset < end]
         cfg = lg.config
         for group in group_segments_by_size(sources, cfg.segment_bytes, cfg.segment_index_bytes, upper):
-            self._clean_group(lg, group, offset_map, now_ms, result)
+            if not self._clean_group(lg, group, offset_map, now_ms, result):
+                # Retention took some of the group meanwhile: what is left of it was not cleaned, and a
+                # later group may drop a tombstone superseding a record of it (Kafka never runs the two
+                # at once). The clean stops here and the checkpoint stays: the next maps it all again.
+                log.info("cleaning log %s stopped at offset %d: retention removed segments meanwhile",
+                         lg.name, group[0].base_offset)  # fmt: skip
+                result.end_offset = start
+                break
         result.seconds = time.monotonic() - began
         log.info(
             "cleaned log %s: offsets [%d, %d), %d segments -> %d, %d -> %d bytes, %d of %d records "
@@ -277,12 +289,13 @@ class Cleaner:
 
     def _clean_group(
         self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, now_ms: int, result: CleanResult
-    ) -> None:
-        """Write the group's surviving batches as ``<base>.log.cleaned`` and swap it in."""
+    ) -> bool:
+        """Write the group's surviving batches as ``<base>.log.cleaned`` and swap it in. False when
+        the group is no longer part of the log (retention deleted some of it): nothing changed."""
         base = group[0].base_offset
         bytes_in = sum(s.size for s in group)
         if bytes_in == 0:
-            return
+            return True
         for stale in cleaned_files(lg.dir, base):
             stale.unlink()
         cfg = lg.config
@@ -295,7 +308,7 @@ class Cleaner:
             max_index_size=min(cfg.segment_index_bytes, entries * 12),
             file_suffix=CLEANED_SUFFIX,
         )
-        stats = FilterStats()
+        stats = FilterStats(untouched_records=self._untouched_records)
         try:
             for segment in group:
                 for window in self._windows(segment, 0):
@@ -309,13 +322,14 @@ class Cleaner:
                         path=segment.log_path,
                     )
                     self._append(cleaned, out)
+            self._untouched_records = stats.untouched_records
             if len(group) == 1 and stats.batches_rewritten == 0 and stats.batches_kept == stats.batches_read:
                 _discard(cleaned, lg, base)  # every batch copied as it was: the segment stays as it is
                 result.bytes_in += bytes_in
                 result.bytes_out += bytes_in
                 result.records_read += stats.records_read
                 result.records_kept += stats.records_kept
-                return
+                return True
             self._finish(cleaned, group, lg)
             crash_point(f"wrote {cleaned.log_path.name}")
             new = lg.replace_segments(group, base, now_ms)
@@ -324,13 +338,14 @@ class Cleaner:
             raise
         if new is None:  # retention took some of the group meanwhile: this group's clean is void
             _discard(cleaned, lg, base)
-            return
+            return False
         result.segments_in += len(group)
         result.segments_out += 1
         result.bytes_in += bytes_in
         result.bytes_out += new.size
         result.records_read += stats.records_read
         result.records_kept += stats.records_kept
+        return True
 
     def _append(self, cleaned: LogSegment, out: list[CleanedBatch]) -> None:
         if out:

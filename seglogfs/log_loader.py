@@ -8,9 +8,11 @@ corrupt tail is cut (unlike Kafka, intact batches after damage and later segment
 clean shutdown only the active segment's tail is checked, and each segment's indexes are checked
 against its .log when first used.
 
-A read-only load changes no file: missing or corrupt indexes are then replaced by scans, and a torn
-tail is simply not read. The loader knows nothing of :class:`~seglogfs.log.Log`: it returns a
-:class:`LoadedLog` for the log to start from.
+A read-only load changes no file: missing or corrupt indexes are then replaced by scans, a torn
+tail is simply not read, and a complete ``.swap`` set is read in place of the segments it covers (the
+writer renames those ``.deleted`` before it installs the swap: a broker or seglogd killed in between,
+or a reader listing the directory just then, would otherwise find their offsets gone). The loader
+knows nothing of :class:`~seglogfs.log.Log`: it returns a :class:`LoadedLog` for the log to start from.
 """
 
 from __future__ import annotations
@@ -81,11 +83,11 @@ class LogLoader:
         self._refuse_symlinks()
         if not self.read_only:
             self._remove_leftovers()
-        segments = [self._new_segment(base) for base in segment_base_offsets(self.dir)]
         if self.read_only:
             # Retention may have removed a segment since the listing: a reader leaves it out.
-            segments = [s for s in segments if s.size or s.log_path.exists()]
+            segments = [s for s in self._read_only_segments() if s.size or s.log_path.exists()]
         else:
+            segments = [self._new_segment(base) for base in segment_base_offsets(self.dir)]
             first_to_recover = len(segments) if clean_shutdown else _first_unflushed(segments, recovery_point)
             for segment in segments[:first_to_recover]:
                 self._check_indexes(segment)
@@ -106,6 +108,40 @@ class LogLoader:
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
+
+    def _read_only_segments(self) -> list[LogSegment]:
+        """The segments a reader sees, changing no file: one per ``.log`` file, except that a ``.swap``
+        set a writable load would complete (no ``.cleaned`` file at or below it, every batch valid)
+        stands in for the segments it covers. One listing of the directory: a swap its owner installs
+        meanwhile is found under one name or the other, and a swap segment holds its descriptor from
+        the start, so that the rename does not take the file from under it."""
+        parsed = [p for p in map(parse_offset_file_name, os.listdir(self.dir)) if p is not None]
+        segments = {offset: self._new_segment(offset) for offset, suffix in parsed if suffix == LOG_SUFFIX}
+        lowest_cleaned = min((o for o, suffix in parsed if suffix.endswith(CLEANED_SUFFIX)), default=None)
+        for base in sorted(o for o, suffix in parsed if suffix == LOG_SUFFIX + SWAP_SUFFIX):
+            if lowest_cleaned is not None and base >= lowest_cleaned:
+                continue  # an incomplete clean: the writable load discards it
+            # Installed since the listing, it is found under its final name.
+            for suffix in (SWAP_SUFFIX, ""):
+                swap = new_segment(
+                    self.dir, base, self.config, writable=False, clock=self._clock, file_suffix=suffix
+                )
+                try:
+                    swap.hold_open()
+                    damage = _swap_damage(swap.log_path, base) if suffix else None
+                    end = next_offset_of_file(swap.log_path, base)
+                    break
+                except FileNotFoundError:
+                    swap.close(trim=False)
+            else:
+                continue
+            if damage is not None:  # the writable load sets it aside: the segments it covers stay
+                swap.close(trim=False)
+                continue
+            for covered in [offset for offset in segments if base <= offset < end]:
+                del segments[covered]
+            segments[base] = swap
+        return [segments[offset] for offset in sorted(segments)]
 
     def _active_segment_end(self, segments: list[LogSegment]) -> int:
         """The next offset after the active segment's last intact batch, its torn tail cut (read-only:

@@ -32,9 +32,16 @@ def clock_ms(clock: Callable[[], float]) -> int:
 
 
 def new_segment(
-    directory: Path, base_offset: int, config: LogConfig, *, writable: bool, clock: Callable[[], float]
+    directory: Path,
+    base_offset: int,
+    config: LogConfig,
+    *,
+    writable: bool,
+    clock: Callable[[], float],
+    file_suffix: str = "",
 ) -> LogSegment:
-    """The segment of ``directory`` at ``base_offset``, set up by ``config`` (its roll jitter drawn now)."""
+    """The segment of ``directory`` at ``base_offset``, set up by ``config`` (its roll jitter drawn now);
+    ``file_suffix``: its files are ``<base>.log<suffix>`` and so on (a reader's view of a ``.swap``)."""
     return LogSegment(
         directory,
         base_offset,
@@ -43,6 +50,7 @@ def new_segment(
         roll_jitter_ms=random_roll_jitter(config.segment_jitter_ms, config.segment_ms),
         writable=writable,
         created_ms=clock_ms(clock),
+        file_suffix=file_suffix,
     )
 
 

@@ -120,6 +120,12 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                     self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         return self._fd_value
 
+    def hold_open(self) -> None:
+        """Open the .log now rather than at the first read: the segment then reads the same file
+        whatever renames follow (a reader's view of a ``.swap`` its owner is about to install).
+        FileNotFoundError when it is gone already."""
+        self._fd  # noqa: B018 - the property opens and keeps the descriptor
+
     def open_reader_fd(self) -> int:
         """A descriptor of the .log that the caller owns (and closes), for a reader that must outlive
         the segment's own: retention's purge closes that one, and its number may then be reused.

@@ -316,6 +316,23 @@ def test_every_error_names_key_value_reason(key: str, value: object, reason_part
     assert key in str(err) and repr(value) in str(err)
 
 
+def test_a_min_compaction_lag_above_the_max_is_refused() -> None:
+    """Kafka refuses min.compaction.lag.ms > max.compaction.lag.ms ("conflict topic config setting");
+    it was accepted, and the max lag then never forced a clean of the records it covers."""
+    with pytest.raises(ConfigError) as info:
+        LogConfig.from_mapping({"min.compaction.lag.ms": "2h", "max.compaction.lag.ms": "1h"}, source="t")
+    err = info.value
+    assert (err.key, err.value) == ("min.compaction.lag.ms", "2h")
+    assert "must not exceed max.compaction.lag.ms (3600000)" in err.reason
+    base = LogConfig.from_mapping({"min.compaction.lag.ms": 5})
+    with pytest.raises(ConfigError, match=r"min\.compaction\.lag\.ms"):
+        LogConfig.from_mapping({"max.compaction.lag.ms": 4}, base)
+    assert (
+        LogConfig.from_mapping({"min.compaction.lag.ms": 5, "max.compaction.lag.ms": 5}).max_compaction_lag_ms
+        == 5
+    )
+
+
 def test_direct_construction_is_validated() -> None:
     with pytest.raises(ConfigError) as info:
         LogConfig(segment_bytes=1)

@@ -23,13 +23,16 @@ from support.cleaner_helpers import (
     open_manager,
 )
 from support.engine_helpers import ManualClock
+from support.producer_batches import control_batch
 
+from seglogfs import segment_swap
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.cleaner_manager import Throttler
 from seglogfs.errors import InvalidRecordError
 from seglogfs.log_cleaner import CleanAborted, Cleaner, cleanable_range, group_segments_by_size
 from seglogfs.log_files import CLEANER_OFFSET_CHECKPOINT
 from seglogfs.log_manager import LogManager
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 from seglogfs.records import ProducerRecord, encode_batch, read_batch_header
 
 
@@ -286,6 +289,55 @@ def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
         assert engine_records(lg) == [(1, b"a", b"2"), (2, b"b", b"3"), (3, b"a", b"4")]
 
 
+def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon(tmp_path: Path) -> None:
+    """A committed transactional record (copied untouched: its key is never mapped) followed by a
+    tombstone of its key: once the horizon passed, the cleaner dropped the tombstone and the deleted
+    key came back with its old value (under read_committed too)."""
+    log_dir = tmp_path / "t-0"
+    log_dir.mkdir()
+    now = 1_700_000_000_000
+    txn = with_attributes(encode_batch([ProducerRecord(key=b"a", value=b"old")], 0, now_ms=now), 0x10, 42)
+    commit = control_batch(1, 42, epoch=read_batch_header(txn, 0).producer_epoch, ts=now)
+    tombstone = encode_batch([ProducerRecord(key=b"a", value=None)], 2, now_ms=now)
+    (log_dir / "00000000000000000000.log").write_bytes(txn + commit + tombstone)
+    (log_dir / "00000000000000000003.log").write_bytes(b"")
+    clock = ManualClock(now)
+    with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
+        lg = manager.get("t-0")
+        assert manager.clean_once(now) is not None  # sets the tombstone's horizon
+        lg.append([ProducerRecord(key=b"b", value=b"1")])
+        lg.roll()
+        assert manager.clean_once(now + 10_000) is not None  # past the horizon
+        for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
+            latest = latest_per_key(
+                [(r.offset, r.key, r.value) for r in lg.iter_records(isolation=isolation)]
+            )
+            assert latest[b"a"] == (2, None)
+        assert txn in lg.segments[0].log_path.read_bytes()  # still untouched
+    assert_verifies(log_dir)
+
+
+def test_a_delete_retention_of_long_max_keeps_tombstones(tmp_path: Path) -> None:
+    """delete.retention.ms up to Long.MAX_VALUE is accepted ("keep tombstones"): now + retention
+    overflowed int64 and every clean of the log failed with OverflowError. The horizon saturates."""
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(delete_retention_ms=2**63 - 1), clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1")])
+        lg.append([ProducerRecord(key=b"a", value=None), ProducerRecord(key=b"b", value=b"2")])
+        lg.roll()
+        assert manager.clean_once(clock.ms) is not None
+        tomb = next(h for h in headers_of(lg) if h.base_offset == 1)
+        assert tomb.has_delete_horizon and tomb.base_timestamp == 2**63 - 1
+        assert engine_records(lg) == [(1, b"a", None), (2, b"b", b"2")]
+        assert kafka_python_records(lg.dir) == engine_records(lg)
+        assert [r.timestamp for r in lg.iter_records()] == [clock.ms, clock.ms]
+        lg.append([ProducerRecord(key=b"c", value=b"3")])
+        lg.roll()
+        assert manager.clean_once(clock.ms + 10**12) is not None
+        assert (1, b"a", None) in engine_records(lg)
+
+
 def test_a_reader_of_a_replaced_segment_finishes_it(tmp_path: Path) -> None:
     clock = ManualClock()
     with open_manager(tmp_path, compact_config(file_delete_delay_ms=60_000), clock) as manager:
@@ -325,6 +377,28 @@ def test_threads_clean_in_the_background_and_log_each_clean(tmp_path: Path, capl
         )
         for m in messages
     ), messages
+
+
+def test_a_log_whose_clean_fails_unexpectedly_does_not_starve_the_others(tmp_path: Path, monkeypatch) -> None:
+    """A clean that raised an unexpected error (a bug) left its log the dirtiest: every round picked
+    it again and failed, and no other log was ever cleaned. Kafka marks it uncleanable."""
+    clock = ManualClock()
+    real_clean = Cleaner.clean
+
+    def failing(self, lg, span, now_ms):
+        if lg.name == "a-0":
+            raise RuntimeError("a bug")
+        return real_clean(self, lg, span, now_ms)
+
+    monkeypatch.setattr(Cleaner, "clean", failing)
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        fill(manager.create_log("a-0"), rounds=3, keys=2)  # the dirtiest
+        fill(manager.create_log("b-0"), rounds=3, keys=8)
+        with pytest.raises(RuntimeError, match="a bug"):
+            manager.clean_once()
+        result = manager.clean_once()  # raised "a bug" again: a-0 was still the dirtiest
+        assert result is not None and result.log == "b-0"
+        assert manager.cleaner_state("a-0")["uncleanable"] == "RuntimeError: a bug"
 
 
 def test_disabled_or_read_only_cleaner_starts_no_thread(tmp_path: Path) -> None:
@@ -393,6 +467,43 @@ def test_compact_and_delete_both_apply(tmp_path: Path) -> None:
         fill(lg, rounds=3)
         clock.advance(2000)
         assert lg.delete_old_segments(clock.ms) == 0  # compact alone: no time retention
+
+
+def test_a_group_retention_takes_meanwhile_stops_the_clean_and_keeps_the_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """compact,delete: retention deleted the first segment of a group while it was being cleaned, so
+    the group's swap was void, yet the checkpoint moved past the rest of the group. Its records were
+    never mapped again: the value below the key's tombstone stayed, and once the tombstone's horizon
+    passed the deleted key came back."""
+    clock = ManualClock()
+    cfg = compact_config(cleanup_policy="compact,delete", retention_ms=5_000, delete_retention_ms=10_000)
+    with open_manager(tmp_path, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"x", value=b"old", timestamp=clock.ms - 10_000)])  # retention's
+        lg.roll()
+        lg.append([ProducerRecord(key=b"k", value=b"v")])
+        lg.append([ProducerRecord(key=b"k", value=None)])
+        lg.roll()
+
+        deleted = []
+
+        def retention_meanwhile(step: str) -> None:
+            if step == "appended to 00000000000000000000.log.cleaned" and not deleted:
+                deleted.append(lg.delete_old_segments(clock.ms))
+
+        monkeypatch.setattr(segment_swap, "crash_hook", retention_meanwhile)
+        result = manager.clean_once(clock.ms)
+        monkeypatch.setattr(segment_swap, "crash_hook", None)
+        assert deleted == [1] and lg.start_offset == 1
+        checkpoint = manager.cleaner.first_dirty_offset(lg)
+        for key, now in ((b"z", clock.ms), (b"y", clock.ms + 10_000)):  # the horizon set, then passed
+            lg.append([ProducerRecord(key=key, value=b"1")])
+            lg.roll()
+            assert manager.clean_once(now) is not None
+        assert b"k" not in latest_per_key(engine_records(lg))  # was (1, b"v")
+        assert result is not None and result.end_offset == 0 and result.segments_out == 0
+        assert checkpoint == 0
 
 
 def test_the_engine_and_kafka_python_agree_after_cleaning(tmp_path: Path) -> None:

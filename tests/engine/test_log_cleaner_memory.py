@@ -67,3 +67,22 @@ def test_the_map_gets_the_budget_less_the_windows_working_memory() -> None:
     assert small.window_bytes == 512 << 10 and small.map_memory == (16 << 20) - 8 * (512 << 10)
     tiny = Cleaner(24 * 7)  # too small to hold a window beside the map: the map takes it all
     assert tiny.map_memory == 24 * 7
+
+
+def test_a_compressed_dirty_section_the_budget_holds_is_cleaned_in_one_pass(tmp_path: Path) -> None:
+    """The map's table was sized by the dirty bytes at 6 bytes a record, but zstd records here take
+    2.5 bytes: a table for 15,000 keys in a 16 MiB budget (600,000 keys), and three passes where
+    Kafka needs one. It is sized by the dirty offsets (one record an offset at most)."""
+    cfg = compact_config(segment_bytes="64MiB", segment_index_bytes="10MiB", compression_type="zstd")
+    with open_manager(tmp_path, cfg, ManualClock(), dedupe_buffer_size=BUDGET) as manager:
+        lg = manager.create_log("t-0")
+        for _ in range(2):
+            for start in range(0, 20_000, 1000):
+                keys = [b"user-%06d" % i for i in range(start, start + 1000)]
+                lg.append_split(KeyedValues.from_pairs(keys, [b'{"name":"x","v":1}'] * 1000))
+        lg.roll()
+        assert lg.size_bytes < 6 * lg.end_offset
+        result = manager.clean_once()
+        assert result is not None and not result.map_full and result.end_offset == 40_000
+        assert [r.offset for r in lg.iter_records()] == list(range(20_000, 40_000))
+        assert manager.clean_once() is None

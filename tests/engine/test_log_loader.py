@@ -7,8 +7,10 @@ import shutil
 import struct
 
 import pytest
-from support.engine_helpers import config, open_log, segment_files
+from support.cleaner_helpers import compact_config, engine_records, open_manager
+from support.engine_helpers import ManualClock, config, open_log, segment_files
 
+from seglogfs import segment_swap
 from seglogfs.errors import CorruptRecordError
 from seglogfs.log import Log
 from seglogfs.log_files import CLEAN_SHUTDOWN_FILE
@@ -358,3 +360,44 @@ def test_clean_open_of_many_segments_holds_few_file_descriptors(tmp_path):
     assert len(os.listdir("/proc/self/fd")) - before < 10  # not 3 a segment: sealed files open lazily
     assert manager.get("many-0").read(123).value == b"x" * 200
     manager.close()
+
+
+def test_a_read_only_load_reads_a_complete_swap_in_place_of_the_segments_it_covers(tmp_path, monkeypatch):
+    """A clean killed after renaming the replaced segments .deleted, before installing its .swap (or a
+    reader listing the directory just then): a writable load finishes the swap, but a read-only load
+    (read-only mount, Spark, verify) ignored .swap files and lost those offsets. Before the last
+    .cleaned file became .swap, both see the log as it was before the clean."""
+    first = "00000000000000000000"
+    early, swapping = tmp_path / "early", tmp_path / "swapping"
+    snapshots = {f"renamed {first}.log.swap": early, f"renamed {first}.log.deleted": swapping}
+
+    def hook(step: str) -> None:
+        target = snapshots.get(step)
+        if target is not None and not target.exists():  # .index still .cleaned / old files .deleted
+            shutil.copytree(tmp_path / "d" / "t-0", target, ignore=shutil.ignore_patterns(".seglogfs.lock"))
+
+    clock = ManualClock()
+    cfg = compact_config()
+    with open_manager(tmp_path / "d", cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        lg.append([ProducerRecord(key=b"a", value=b"1"), ProducerRecord(key=b"b", value=b"1")])
+        lg.append([ProducerRecord(key=b"a", value=b"2")])
+        lg.roll()
+        lg.append([ProducerRecord(key=b"c", value=b"1")])
+        lg.roll()
+        before = engine_records(lg)
+        monkeypatch.setattr(segment_swap, "crash_hook", hook)
+        manager.clean_once()
+        after = engine_records(lg)
+    assert before != after and after == [(1, b"b", b"1"), (2, b"a", b"2"), (3, b"c", b"1")]
+    for directory, expected in ((swapping, after), (early, before)):
+        names = sorted(os.listdir(directory))
+        assert any(n.endswith(".swap") for n in names)
+        reader = Log.open(directory, cfg, read_only=True)
+        assert engine_records(reader) == expected
+        assert reader.start_offset == 0 and reader.end_offset == 4
+        reader.close()
+        assert sorted(os.listdir(directory)) == names  # a reader changes no file
+        writer = Log.open(directory, cfg)
+        assert engine_records(writer) == expected
+        writer.close()
