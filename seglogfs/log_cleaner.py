@@ -13,7 +13,7 @@ A clean has two passes over the files:
 
 Batches the cleaner never changes: legacy (v0/v1) entries, transactional and control batches (copied
 from a broker). Kafka would drop aborted transactional records and, past the delete horizon,
-transaction markers; that needs the transaction index, which seglogfs does not keep, so such batches
+transaction markers; seglogfs's cleaner does not (yet) apply the transaction index, so such batches
 are copied untouched and their keys are not entered in the map (an aborted record must never make a
 committed one of the same key go away); a tombstone after such a batch stays past its delete horizon
 (dropping it would bring back an untouched older record of its key). Records without a key are
