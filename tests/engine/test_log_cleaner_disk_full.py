@@ -48,3 +48,41 @@ def test_enospc_during_the_clean_leaves_the_log_intact_and_is_retried(tmp_path: 
             assert result is not None and result.records_removed > 0
             assert latest_per_key(engine_records(lg)) == latest_per_key(before)
         assert_verifies(data / "t-0")
+
+
+def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_next_clean_writes_it(
+    tmp_path: Path, caplog, monkeypatch
+) -> None:
+    """ENOSPC on ``cleaner-offset-checkpoint`` after a clean that was swapped in: a warning and the
+    log's ``last_error``, not a cleaner failure; the log stays cleanable and the next write saves it."""
+    import seglogfs.cleaner_manager as cleaner_manager
+
+    clock = ManualClock()
+    cfg = compact_config(segment_bytes="64KiB")
+    data = tmp_path / "data"
+    real_write = cleaner_manager.write_offset_checkpoint
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with open_manager(data, cfg, clock) as manager:
+        lg = manager.create_log("t-0")
+        for i in range(20):
+            lg.append([ProducerRecord(key=b"k%d" % (j % 10), value=b"v%d" % i * 40) for j in range(50)])
+        lg.roll()
+        monkeypatch.setattr(cleaner_manager, "write_offset_checkpoint", full_disk)
+        with caplog.at_level(logging.WARNING, logger="seglogfs.cleaner"):
+            result = manager.clean_once()
+        assert result is not None and result.records_removed > 0
+        assert "could not write cleaner-offset-checkpoint" in caplog.text
+        state = manager.cleaner_state("t-0")
+        assert state["uncleanable"] is None and "No space left" in state["last_error"]
+        latest = {key: value for key, (_, value) in latest_per_key(engine_records(lg)).items()}
+        assert latest == {b"k%d" % j: b"v19" * 40 for j in range(10)}
+        monkeypatch.setattr(cleaner_manager, "write_offset_checkpoint", real_write)
+        for i in range(20):
+            lg.append([ProducerRecord(key=b"k%d" % (j % 10), value=b"w%d" % i) for j in range(50)])
+        lg.roll()
+        assert manager.clean_once() is not None
+        assert (data / "cleaner-offset-checkpoint").read_text() == "0\n1\nt 0 2000\n"
+    assert_verifies(data)
