@@ -149,6 +149,9 @@ class LogCleaner:
             self._in_progress.add(lg.name)
         try:
             result = cleaner.clean(lg, span, now)
+            # recorded (checkpoint moved) before the log is free again: another thread picking it up
+            # in between would find the old checkpoint and clean the same range again
+            self._record(lg, result, now)
         except CleanAborted:
             return None
         except OSError as exc:
@@ -174,7 +177,6 @@ class LogCleaner:
             with self._lock:
                 self._in_progress.discard(lg.name)
             self.peak_map_bytes = max(self.peak_map_bytes, cleaner.peak_map_bytes)
-        self._record(lg, result, now)
         return result
 
     def _dirtiest(self, now_ms: int) -> tuple[Log, CleanRange] | None:

@@ -525,3 +525,27 @@ def test_a_compacted_log_rolls_by_max_compaction_lag(tmp_path: Path) -> None:
         clock.advance(1001)
         lg.append([ProducerRecord(key=b"a", value=b"2")])
         assert len(lg.segments) == 2  # segment.ms (7 days) alone would not roll
+
+
+def test_a_log_stays_in_progress_until_its_checkpoint_moved(tmp_path: Path, monkeypatch) -> None:
+    """Review: the log was free for the other cleaner threads before its checkpoint moved, so one of
+    them could pick it up at the old checkpoint and clean the same range again."""
+    clock = ManualClock()
+    with open_manager(tmp_path, compact_config(), clock) as manager:
+        lg = manager.create_log("t-0")
+        for i in range(4):
+            lg.append([ProducerRecord(key=b"k%d" % (j % 5), value=b"v%d" % i) for j in range(20)])
+            lg.roll()
+        cleaner = manager.cleaner
+        record = cleaner._record
+        meanwhile: list[object] = []
+
+        def another_thread_then_record(*args: object) -> None:
+            if not meanwhile:
+                meanwhile.append("asking")
+                meanwhile[0] = manager.clean_once(clock.ms)  # what a second cleaner thread may do now
+            record(*args)
+
+        monkeypatch.setattr(cleaner, "_record", another_thread_then_record)
+        assert manager.clean_once(clock.ms) is not None
+        assert meanwhile == [None]
