@@ -408,17 +408,14 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self.writable = False
         self.txn_index.writable = False
         with self._lock:
+            # The .log first, the .txnindex last (Kafka's changeFileSuffixes): a kill in between leaves
+            # indexes without a .log, which the next load deletes. The other way round, the segment
+            # would come back without its aborted transactions (read_committed would show them).
             files = (
                 ("log_path", None),
                 ("index_path", self._offset_index),
                 ("time_index_path", self._time_index),
             )
-            txn_target = self.txn_index.path.with_name(self.txn_index.path.name + suffix)
-            if self.txn_index.path.exists():
-                self.txn_index.rename_to(txn_target)
-                renamed.append(txn_target)
-            else:
-                self.txn_index.path = txn_target
             for name, index in files:
                 path = getattr(self, name)
                 target = path.with_name(path.name + suffix)
@@ -429,6 +426,12 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                         os.replace(path, target)
                     renamed.append(target)
                 setattr(self, name, target)
+            txn_target = self.txn_index.path.with_name(self.txn_index.path.name + suffix)
+            if self.txn_index.path.exists():
+                self.txn_index.rename_to(txn_target)
+                renamed.append(txn_target)
+            else:
+                self.txn_index.path = txn_target
         return renamed
 
     def __repr__(self) -> str:

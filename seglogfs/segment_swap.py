@@ -75,10 +75,7 @@ def replace_files(directory: Path, base_offset: int, old: Sequence[LogSegment]) 
         swaps.append(swap)
         crash_point(f"renamed {swap.name}")
     for segment in old:
-        txn = txn_index_path(segment)
-        if txn.exists():
-            os.rename(txn, txn.with_name(txn.name + DELETED_SUFFIX))
-        for path in segment.rename_suffix(DELETED_SUFFIX):
+        for path in segment.rename_suffix(DELETED_SUFFIX):  # the .txnindex too, after the .log
             crash_point(f"renamed {path.name}")
     for swap in swaps:
         os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
