@@ -21,6 +21,7 @@ import numpy as np
 
 from .batch_cache import BatchCache
 from .batch_split import BatchEncoder, batch_encoder, largest_single_value, split_into_batches
+from .checkpoint import fsync_dir
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
@@ -97,6 +98,9 @@ class Log(SegmentRemoval):
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms(clock)
         self._dirty: set[LogSegment] = set()
+        # a segment file was created since the last flush: the flush fsyncs the directory too, as
+        # Kafka's LocalLog.flush does, or a crash could lose the new file's name with its data
+        self._segment_created = not read_only
         self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
         self._owner_lock: LogLock | None = None
         self._batch_cache = BatchCache()
@@ -127,8 +131,9 @@ class Log(SegmentRemoval):
         """
         directory = Path(directory)
         validate_log_name(directory.name)
-        if create and not read_only:
+        if create and not read_only and not directory.exists():
             directory.mkdir(parents=True, exist_ok=True)
+            fsync_dir(directory.parent)  # the new log's name, durable in the data dir
         if not directory.is_dir():
             raise FileNotFoundError(f"no log directory {directory}")
         log_obj = cls(directory, config or LogConfig(), read_only=read_only, clock=clock)
@@ -449,6 +454,7 @@ class Log(SegmentRemoval):
                 raise
             self._dirty.discard(active)
             self._set_segments([*self._segments, new])
+            self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
             self._transactions.snapshot(new.base_offset)  # as Kafka: at every roll, at the new base
             return new
@@ -465,6 +471,9 @@ class Log(SegmentRemoval):
         for segment in list(self._dirty):
             segment.flush()
         self._dirty.clear()
+        if self._segment_created:
+            fsync_dir(self.dir)
+            self._segment_created = False
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms(self._clock)
         self.recovery_point = self._next_offset

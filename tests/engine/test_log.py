@@ -397,3 +397,26 @@ def test_segment_jitter_shortens_the_roll_age_per_segment(tmp_path):
     log.append([ProducerRecord(b"c", timestamp=clock.ms + 10_000 - jitter + 1)])
     assert len(log.segments) == 2
     log.close()
+
+
+def test_a_flush_after_a_new_segment_fsyncs_the_log_dir(tmp_path, monkeypatch) -> None:
+    """As Kafka's LocalLog.flush: a segment created since the last flush (a roll, or the first one of a
+    new log) has its name made durable by an fsync of the log dir; a new log dir's name by one of the
+    data dir. A flush with no new file fsyncs no directory."""
+    import seglogfs.log as log_module
+
+    synced: list[str] = []
+    monkeypatch.setattr(log_module, "fsync_dir", lambda path: synced.append(os.path.basename(path)))
+    lg = open_log(tmp_path / "t-0")
+    assert synced == [tmp_path.name]  # the data dir, for the new log's name
+    lg.append([ProducerRecord(value=b"a")])
+    lg.flush()
+    assert synced == [tmp_path.name, "t-0"]
+    lg.append([ProducerRecord(value=b"b")])
+    lg.flush()
+    assert synced == [tmp_path.name, "t-0"]
+    lg.roll()
+    lg.append([ProducerRecord(value=b"c")])
+    lg.flush()
+    assert synced.count("t-0") == 2
+    lg.close()
