@@ -210,3 +210,35 @@ def test_a_killed_run_reruns_exactly_once_and_a_concurrent_run_is_refused(spark,
     assert archived_records(spark, out) == expected
     table = ds.dataset(str(out), format="parquet", partitioning="hive", exclude_invalid_files=True)
     assert table.count_rows() == 3000  # no uncommitted file left for readers that are not Spark
+
+
+def test_a_deleted_log_is_reported_once_and_a_log_left_out_by_logs_keeps_its_place(
+    spark, tmp_path, capsys
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    for name in ("a-0", "b-0", "c-0"):
+        make_log(data, name, batches=5, per_batch=10)
+    assert export(data, out) == 0
+    exported_c = {key: n for key, n in archived_records(spark, out).items() if key[0][0] == "c"}
+
+    # --logs narrowed for a run: the log left out is no data loss; selected again, it resumes.
+    with Log.open(data / "a-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out, "--logs", "b-0,c-0") == 0
+    assert "gone" not in capsys.readouterr().err
+    assert export(data, out) == 0
+    assert "a-0: 10 records, offsets 50..59" in capsys.readouterr().out
+
+    # A deleted log is data loss: the next run fails, naming it; one run with --no-fail-on-data-loss
+    # skips it, and the runs after that (the timer's, without the flag) go on exporting.
+    shutil.rmtree(data / "c-0")
+    assert export(data, out) == 2
+    assert "log c-0 is gone" in capsys.readouterr().err
+    assert export(data, out, "--no-fail-on-data-loss") == 0
+    with Log.open(data / "b-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out) == 0, capsys.readouterr().err
+    assert "b-0: 10 records, offsets 50..59" in capsys.readouterr().out
+    assert archived_records(spark, out) == expected_records(data) + Counter(exported_c)
