@@ -242,3 +242,13 @@ def test_a_deleted_log_is_reported_once_and_a_log_left_out_by_logs_keeps_its_pla
     assert export(data, out) == 0, capsys.readouterr().err
     assert "b-0: 10 records, offsets 50..59" in capsys.readouterr().out
     assert archived_records(spark, out) == expected_records(data) + Counter(exported_c)
+
+
+def test_an_output_inside_the_data_dir_is_refused(tmp_path, capsys) -> None:
+    data = tmp_path / "data"
+    make_log(data, "a-0", batches=1)
+    for extra in (("--incremental",), ()):
+        args = ["export", str(data), "--output", str(data / "archive"), *extra]
+        assert jobs.main([*args, "--master", "local[2]"]) == 2
+        assert f"--output {data / 'archive'} is inside {data}" in capsys.readouterr().err
+    assert sorted(p.name for p in data.iterdir()) == ["a-0"]  # nothing a daemon would take for a log
