@@ -159,16 +159,13 @@ def remove_uncommitted(output: Path, committed: set[Path]) -> list[Path]:
 # ------------------------------------------------------------------------------------ the query
 
 
-def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
-    from pyspark.sql import functions as F
-
-    reader = (
-        spark.readStream.format("seglog")
-        .option("startingOffsets", args.starting_offsets or "earliest")
-        .option("failOnDataLoss", str(not args.no_fail_on_data_loss).lower())
-        .option("includeHeaders", str(bool(args.include_headers)).lower())
-    )
+def stream_options(args: argparse.Namespace) -> dict[str, str]:
+    """The ``seglog`` source options of an incremental export (``path`` apart)."""
+    options = {
+        "startingOffsets": args.starting_offsets or "earliest",
+        "failOnDataLoss": str(not args.no_fail_on_data_loss).lower(),
+        "includeHeaders": str(bool(args.include_headers)).lower(),
+    }
     for option, value in (
         ("logs", args.logs),
         ("topics", args.topics),
@@ -179,8 +176,29 @@ def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFra
         ("kafka.isolation.level", args.isolation),
     ):
         if value is not None:
-            reader = reader.option(option, str(value))
-    stream = reader.load(args.path)
+            options[option] = str(value)
+    return options
+
+
+def check_source(args: argparse.Namespace, output: Path) -> None:
+    """Raise the source's own error for a bad PATH, log selection or option now, on the driver, where
+    the CLI prints it as one line (from inside the query Spark logs it with two stack traces first)."""
+    from .options import lowered
+    from .source import SeglogDataSource
+
+    source = SeglogDataSource(lowered({**stream_options(args), "path": args.path}))
+    reader = source.streamReader(source.schema())
+    reader.reportLatestOffset()  # PATH and the logs selected
+    offsets = output / CHECKPOINT_DIR / "offsets"
+    if not (offsets.is_dir() and any(offsets.iterdir())):
+        reader.initialOffset()  # where a first run starts (a later run resumes from its checkpoint)
+
+
+def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
+    from pyspark.sql import functions as F
+
+    stream = spark.readStream.format("seglog").options(**stream_options(args)).load(args.path)
     # From the epoch microseconds, not to_date(): that would use the session time zone.
     day = F.floor(F.unix_micros("timestamp") / F.lit(86_400_000_000)).cast("int")
     return stream.withColumn("date", F.date_from_unix_date(day))
@@ -260,6 +278,7 @@ def run_incremental_export(args: argparse.Namespace) -> int:
 
     check_arguments(args)
     output = Path(args.output).resolve()
+    check_source(args, output)
     output.mkdir(parents=True, exist_ok=True)
     lock = LogLock(output, LOCK_FILE, "export output")
     try:

@@ -252,3 +252,24 @@ def test_an_output_inside_the_data_dir_is_refused(tmp_path, capsys) -> None:
         assert jobs.main([*args, "--master", "local[2]"]) == 2
         assert f"--output {data / 'archive'} is inside {data}" in capsys.readouterr().err
     assert sorted(p.name for p in data.iterdir()) == ["a-0"]  # nothing a daemon would take for a log
+
+
+def test_a_bad_path_or_option_fails_in_one_line_before_the_query(tmp_path, capsys, monkeypatch) -> None:
+    """Inside the query, Spark logs a source error with a Java and a Python stack trace before the
+    CLI's one line: a mistyped PATH or option must be refused before any Spark session starts."""
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "a-0", batches=1)
+
+    def no_session(*args: object) -> None:
+        raise AssertionError("a Spark session was started for a command that cannot run")
+
+    monkeypatch.setattr(jobs, "make_session", no_session)
+    for path, extra, message in (
+        (tmp_path / "missing", (), f"{tmp_path / 'missing'} is not a directory"),
+        (data, ("--logs", "zz-0"), "option logs: no log named zz-0"),
+        (data, ("--starting-offsets", "{bad"), "option startingoffsets='{bad'"),
+        (data, ("--start-time", "yesterday"), "option startingTimestamp='yesterday'"),
+    ):
+        assert export(path, out, *extra) == 2
+        assert message in capsys.readouterr().err
+    assert not out.exists()  # a mistyped command leaves no archive behind
