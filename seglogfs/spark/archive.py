@@ -111,6 +111,15 @@ def check_output_is_ours(output: Path) -> None:
         )
     sink_log = output / SINK_LOG_DIR
     has_commits = sink_log.is_dir() and any(p.name[0].isdigit() for p in sink_log.iterdir())
+    commits = checkpoint / "commits"
+    if not has_commits and commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()):
+        # Every committed batch is in the sink log first: without it, every exported file would be
+        # taken for an interrupted run's and deleted.
+        raise ExportError(
+            f"--output {output}: its checkpoint has committed batches but the sink log {sink_log} "
+            "that lists their files is gone, so they cannot be told from an interrupted run's (nothing "
+            f"was deleted): restore {SINK_LOG_DIR}/, or export into a new directory"
+        )
     offsets = checkpoint / "offsets"
     if has_commits and not (offsets.is_dir() and any(offsets.iterdir())):
         raise ExportError(

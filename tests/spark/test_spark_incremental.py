@@ -273,3 +273,17 @@ def test_a_bad_path_or_option_fails_in_one_line_before_the_query(tmp_path, capsy
         assert export(path, out, *extra) == 2
         assert message in capsys.readouterr().err
     assert not out.exists()  # a mistyped command leaves no archive behind
+
+
+def test_an_archive_whose_sink_log_was_deleted_is_refused_not_emptied(spark, tmp_path, capsys) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "a-0", batches=5, per_batch=10)
+    assert export(data, out) == 0
+    files = sorted(out.rglob("part-*"))
+    shutil.rmtree(out / "_spark_metadata")  # a cleanup script, or a copy that skips "_" names
+    with Log.open(data / "a-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out) == 2
+    assert f"the sink log {out / '_spark_metadata'}" in capsys.readouterr().err
+    assert sorted(out.rglob("part-*")) == files  # the exported records are all still there
