@@ -247,14 +247,17 @@ def _print_progress(query: StreamingQuery, last_batch: int) -> int:
     return last_batch
 
 
-def summarise_new_files(spark: SparkSession, output: Path, files: Iterable[Path]) -> list[tuple]:
+def summarise_new_files(
+    spark: SparkSession, output: Path, files: Iterable[Path], schema: StructType
+) -> list[tuple]:
     """(topic, partition, records, first offset, last offset) over the given committed files."""
     from pyspark.sql import functions as F
 
     paths = sorted(str(p) for p in files)
     if not paths:
         return []
-    df = spark.read.option("basePath", str(output)).parquet(*paths)
+    # The schema keeps ``topic`` a string: inferred from the paths, topic=007 would read as 7.
+    df = spark.read.schema(schema).option("basePath", str(output)).parquet(*paths)
     rows = (
         df.groupBy("topic", "partition")
         .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
@@ -317,7 +320,7 @@ def _export(spark: SparkSession, args: argparse.Namespace, output: Path) -> int:
     run_query(incremental_stream(spark, args), output)
     after = committed_files(spark, output, schema)
     remove_uncommitted(output, after)
-    summary = summarise_new_files(spark, output, after - before)
+    summary = summarise_new_files(spark, output, after - before, schema)
     total = sum(row[2] for row in summary)
     print(f"exported {total} new records to {output} in {time.monotonic() - started:.1f} s")
     for topic, partition, count, first, last in summary:

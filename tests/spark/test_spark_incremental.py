@@ -287,3 +287,13 @@ def test_an_archive_whose_sink_log_was_deleted_is_refused_not_emptied(spark, tmp
     assert export(data, out) == 2
     assert f"the sink log {out / '_spark_metadata'}" in capsys.readouterr().err
     assert sorted(out.rglob("part-*")) == files  # the exported records are all still there
+
+
+def test_the_summary_names_logs_whose_topic_looks_like_a_number(spark, tmp_path, capsys) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "007-0", batches=2, per_batch=10)
+    make_log(data, "1e3-1", batches=1, per_batch=5)
+    assert export(data, out) == 0
+    text = capsys.readouterr().out
+    assert "007-0: 20 records, offsets 0..19" in text and "1e3-1: 5 records, offsets 0..4" in text
+    assert {p.name for p in out.glob("topic=*")} == {"topic=007", "topic=1e3"}
