@@ -111,6 +111,15 @@ def check_output_is_ours(output: Path) -> None:
         )
     sink_log = output / SINK_LOG_DIR
     has_commits = sink_log.is_dir() and any(p.name[0].isdigit() for p in sink_log.iterdir())
+    commits = checkpoint / "commits"
+    if not has_commits and commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()):
+        # Every committed batch is in the sink log first: without it, every exported file would be
+        # taken for an interrupted run's and deleted.
+        raise ExportError(
+            f"--output {output}: its checkpoint has committed batches but the sink log {sink_log} "
+            "that lists their files is gone, so they cannot be told from an interrupted run's (nothing "
+            f"was deleted): restore {SINK_LOG_DIR}/, or export into a new directory"
+        )
     offsets = checkpoint / "offsets"
     if has_commits and not (offsets.is_dir() and any(offsets.iterdir())):
         raise ExportError(
@@ -159,16 +168,13 @@ def remove_uncommitted(output: Path, committed: set[Path]) -> list[Path]:
 # ------------------------------------------------------------------------------------ the query
 
 
-def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
-    from pyspark.sql import functions as F
-
-    reader = (
-        spark.readStream.format("seglog")
-        .option("startingOffsets", args.starting_offsets or "earliest")
-        .option("failOnDataLoss", str(not args.no_fail_on_data_loss).lower())
-        .option("includeHeaders", str(bool(args.include_headers)).lower())
-    )
+def stream_options(args: argparse.Namespace) -> dict[str, str]:
+    """The ``seglog`` source options of an incremental export (``path`` apart)."""
+    options = {
+        "startingOffsets": args.starting_offsets or "earliest",
+        "failOnDataLoss": str(not args.no_fail_on_data_loss).lower(),
+        "includeHeaders": str(bool(args.include_headers)).lower(),
+    }
     for option, value in (
         ("logs", args.logs),
         ("topics", args.topics),
@@ -179,8 +185,29 @@ def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFra
         ("kafka.isolation.level", args.isolation),
     ):
         if value is not None:
-            reader = reader.option(option, str(value))
-    stream = reader.load(args.path)
+            options[option] = str(value)
+    return options
+
+
+def check_source(args: argparse.Namespace, output: Path) -> None:
+    """Raise the source's own error for a bad PATH, log selection or option now, on the driver, where
+    the CLI prints it as one line (from inside the query Spark logs it with two stack traces first)."""
+    from .options import lowered
+    from .source import SeglogDataSource
+
+    source = SeglogDataSource(lowered({**stream_options(args), "path": args.path}))
+    reader = source.streamReader(source.schema())
+    reader.reportLatestOffset()  # PATH and the logs selected
+    offsets = output / CHECKPOINT_DIR / "offsets"
+    if not (offsets.is_dir() and any(offsets.iterdir())):
+        reader.initialOffset()  # where a first run starts (a later run resumes from its checkpoint)
+
+
+def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
+    from pyspark.sql import functions as F
+
+    stream = spark.readStream.format("seglog").options(**stream_options(args)).load(args.path)
     # From the epoch microseconds, not to_date(): that would use the session time zone.
     day = F.floor(F.unix_micros("timestamp") / F.lit(86_400_000_000)).cast("int")
     return stream.withColumn("date", F.date_from_unix_date(day))
@@ -220,14 +247,17 @@ def _print_progress(query: StreamingQuery, last_batch: int) -> int:
     return last_batch
 
 
-def summarise_new_files(spark: SparkSession, output: Path, files: Iterable[Path]) -> list[tuple]:
+def summarise_new_files(
+    spark: SparkSession, output: Path, files: Iterable[Path], schema: StructType
+) -> list[tuple]:
     """(topic, partition, records, first offset, last offset) over the given committed files."""
     from pyspark.sql import functions as F
 
     paths = sorted(str(p) for p in files)
     if not paths:
         return []
-    df = spark.read.option("basePath", str(output)).parquet(*paths)
+    # The schema keeps ``topic`` a string: inferred from the paths, topic=007 would read as 7.
+    df = spark.read.schema(schema).option("basePath", str(output)).parquet(*paths)
     rows = (
         df.groupBy("topic", "partition")
         .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
@@ -260,6 +290,7 @@ def run_incremental_export(args: argparse.Namespace) -> int:
 
     check_arguments(args)
     output = Path(args.output).resolve()
+    check_source(args, output)
     output.mkdir(parents=True, exist_ok=True)
     lock = LogLock(output, LOCK_FILE, "export output")
     try:
@@ -289,7 +320,7 @@ def _export(spark: SparkSession, args: argparse.Namespace, output: Path) -> int:
     run_query(incremental_stream(spark, args), output)
     after = committed_files(spark, output, schema)
     remove_uncommitted(output, after)
-    summary = summarise_new_files(spark, output, after - before)
+    summary = summarise_new_files(spark, output, after - before, schema)
     total = sum(row[2] for row in summary)
     print(f"exported {total} new records to {output} in {time.monotonic() - started:.1f} s")
     for topic, partition, count, first, last in summary:

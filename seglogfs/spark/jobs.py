@@ -155,8 +155,20 @@ class StageProgress:
 # ------------------------------------------------------------------------------------ commands
 
 
+def check_output_outside(path: str, output: str) -> None:
+    """Refuse an ``output`` inside the ``path`` read: the export, and seglogd opening the data dir,
+    would take the Parquet directory for a log."""
+    data, out = Path(path).resolve(), Path(output).resolve()
+    if out.is_relative_to(data):
+        raise ValueError(
+            f"--output {output} is inside {path}, which is read: seglogd and later exports would take "
+            "it for a log; write the Parquet files outside it"
+        )
+
+
 def run_export(args: argparse.Namespace) -> int:
     """Read with the seglog source, write Parquet (``--incremental``: :mod:`.archive`)."""
+    check_output_outside(args.path, args.output)
     if args.incremental:
         from .archive import run_incremental_export
 

@@ -33,6 +33,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from seglogfs.log_files import find_log_dirs
+
 from .options import OptionError, ReadOptions
 from .planning import (
     log_names_by_topic,
@@ -134,10 +136,15 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {name: start.get(name, bounds[name][0]) for name in latest}
         # A log ending below ``start`` (recreated, truncated) was reported: with failOnDataLoss=false
         # the stream goes on from its new end, as Kafka's (its new records there are then read).
-        self._check_not_behind(start, bounds)
+        on_disk = {d.name for d in find_log_dirs(self.path)}
+        self._check_not_behind(start, bounds, on_disk)
         for name, value in start.items():
-            latest.setdefault(name, value)
-            begin.setdefault(name, value)
+            # A log that is there but no longer selected (``logs`` / ``topics`` changed) keeps its
+            # offset for a later query that selects it again; one that is gone (reported above) is
+            # dropped, as Kafka's deleted partitions, so that its loss is reported once, not forever.
+            if name in on_disk:
+                latest.setdefault(name, value)
+                begin.setdefault(name, value)
         # ReadAllAvailable (Trigger.Once) and AvailableNow read everything: holding back would end an
         # AvailableNow run before its target (ReadMinRows leaves that case to the source).
         waits = self._available_now is None and not isinstance(limit, ReadAllAvailable)
@@ -147,11 +154,14 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = rate_limit(begin, latest, limit.max_rows)
         return latest
 
-    def _check_not_behind(self, start: dict, bounds: dict[str, tuple[int, int]]) -> None:
+    def _check_not_behind(self, start: dict, bounds: dict[str, tuple[int, int]], on_disk: set[str]) -> None:
         """Spark's Kafka rule: a log gone, or ending below the offsets already read (deleted and
         recreated, or truncated), is data loss: an error, or a warning with ``failOnDataLoss=false``
-        (the stream then goes on from the log's new end, as Kafka's)."""
+        (the stream then goes on from the log's new end, as Kafka's). A log still in ``on_disk`` but
+        not selected is not gone."""
         for name, offset in start.items():
+            if name not in bounds and name in on_disk:
+                continue
             if name not in bounds:
                 report_data_loss(f"log {name} is gone (the stream had read it up to offset {offset})",
                                  self.opts.fail_on_data_loss)

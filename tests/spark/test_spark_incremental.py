@@ -210,3 +210,90 @@ def test_a_killed_run_reruns_exactly_once_and_a_concurrent_run_is_refused(spark,
     assert archived_records(spark, out) == expected
     table = ds.dataset(str(out), format="parquet", partitioning="hive", exclude_invalid_files=True)
     assert table.count_rows() == 3000  # no uncommitted file left for readers that are not Spark
+
+
+def test_a_deleted_log_is_reported_once_and_a_log_left_out_by_logs_keeps_its_place(
+    spark, tmp_path, capsys
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    for name in ("a-0", "b-0", "c-0"):
+        make_log(data, name, batches=5, per_batch=10)
+    assert export(data, out) == 0
+    exported_c = {key: n for key, n in archived_records(spark, out).items() if key[0][0] == "c"}
+
+    # --logs narrowed for a run: the log left out is no data loss; selected again, it resumes.
+    with Log.open(data / "a-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out, "--logs", "b-0,c-0") == 0
+    assert "gone" not in capsys.readouterr().err
+    assert export(data, out) == 0
+    assert "a-0: 10 records, offsets 50..59" in capsys.readouterr().out
+
+    # A deleted log is data loss: the next run fails, naming it; one run with --no-fail-on-data-loss
+    # skips it, and the runs after that (the timer's, without the flag) go on exporting.
+    shutil.rmtree(data / "c-0")
+    assert export(data, out) == 2
+    assert "log c-0 is gone" in capsys.readouterr().err
+    assert export(data, out, "--no-fail-on-data-loss") == 0
+    with Log.open(data / "b-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out) == 0, capsys.readouterr().err
+    assert "b-0: 10 records, offsets 50..59" in capsys.readouterr().out
+    assert archived_records(spark, out) == expected_records(data) + Counter(exported_c)
+
+
+def test_an_output_inside_the_data_dir_is_refused(tmp_path, capsys) -> None:
+    data = tmp_path / "data"
+    make_log(data, "a-0", batches=1)
+    for extra in (("--incremental",), ()):
+        args = ["export", str(data), "--output", str(data / "archive"), *extra]
+        assert jobs.main([*args, "--master", "local[2]"]) == 2
+        assert f"--output {data / 'archive'} is inside {data}" in capsys.readouterr().err
+    assert sorted(p.name for p in data.iterdir()) == ["a-0"]  # nothing a daemon would take for a log
+
+
+def test_a_bad_path_or_option_fails_in_one_line_before_the_query(tmp_path, capsys, monkeypatch) -> None:
+    """Inside the query, Spark logs a source error with a Java and a Python stack trace before the
+    CLI's one line: a mistyped PATH or option must be refused before any Spark session starts."""
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "a-0", batches=1)
+
+    def no_session(*args: object) -> None:
+        raise AssertionError("a Spark session was started for a command that cannot run")
+
+    monkeypatch.setattr(jobs, "make_session", no_session)
+    for path, extra, message in (
+        (tmp_path / "missing", (), f"{tmp_path / 'missing'} is not a directory"),
+        (data, ("--logs", "zz-0"), "option logs: no log named zz-0"),
+        (data, ("--starting-offsets", "{bad"), "option startingoffsets='{bad'"),
+        (data, ("--start-time", "yesterday"), "option startingTimestamp='yesterday'"),
+    ):
+        assert export(path, out, *extra) == 2
+        assert message in capsys.readouterr().err
+    assert not out.exists()  # a mistyped command leaves no archive behind
+
+
+def test_an_archive_whose_sink_log_was_deleted_is_refused_not_emptied(spark, tmp_path, capsys) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "a-0", batches=5, per_batch=10)
+    assert export(data, out) == 0
+    files = sorted(out.rglob("part-*"))
+    shutil.rmtree(out / "_spark_metadata")  # a cleanup script, or a copy that skips "_" names
+    with Log.open(data / "a-0") as log:
+        append_records(log, 1, 10)
+    capsys.readouterr()
+    assert export(data, out) == 2
+    assert f"the sink log {out / '_spark_metadata'}" in capsys.readouterr().err
+    assert sorted(out.rglob("part-*")) == files  # the exported records are all still there
+
+
+def test_the_summary_names_logs_whose_topic_looks_like_a_number(spark, tmp_path, capsys) -> None:
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "007-0", batches=2, per_batch=10)
+    make_log(data, "1e3-1", batches=1, per_batch=5)
+    assert export(data, out) == 0
+    text = capsys.readouterr().out
+    assert "007-0: 20 records, offsets 0..19" in text and "1e3-1: 5 records, offsets 0..4" in text
+    assert {p.name for p in out.glob("topic=*")} == {"topic=007", "topic=1e3"}
