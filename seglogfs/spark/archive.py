@@ -21,6 +21,7 @@ it exports everything the logs hold when it starts and the previous runs did not
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -201,6 +202,23 @@ def check_source(args: argparse.Namespace, output: Path) -> None:
     offsets = output / CHECKPOINT_DIR / "offsets"
     if not (offsets.is_dir() and any(offsets.iterdir())):
         reader.initialOffset()  # where a first run starts (a later run resumes from its checkpoint)
+        return
+    committed = committed_stream_offsets(output)
+    if committed is not None and not args.no_fail_on_data_loss:
+        reader.check_resume(committed)  # records retention removed before this run could export them
+
+
+def committed_stream_offsets(output: Path) -> dict | None:
+    """The stream offsets (``{"<log>": next offset}``) the checkpoint's last committed micro-batch
+    ended at: where the next run starts, replaying any batch after it (None: nothing committed).
+    Spark's offset log file: a version line, the batch's metadata, then one line per source."""
+    checkpoint = output / CHECKPOINT_DIR
+    commits = checkpoint / "commits"
+    batches = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not batches:
+        return None
+    lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+    return json.loads(lines[-1])
 
 
 def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:

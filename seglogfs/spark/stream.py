@@ -173,6 +173,33 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.opts.fail_on_data_loss,
                 )
 
+    def _check_start(self, name: str, lo: int | None, hi: int | None, log_start: int) -> None:
+        """Data loss at the start of a micro-batch of log ``name`` from ``lo`` (None: a log the stream
+        had not seen) to ``hi`` (None: not planned yet), the log now starting at ``log_start``."""
+        if lo is None and log_start > 0:
+            # Spark's Kafka rule: a partition found later is read from 0 ("Added partition starts from
+            # N instead of 0")
+            report_data_loss(
+                f"log {name} appeared after the stream started but starts at offset {log_start}, "
+                f"not 0: offsets 0..{log_start - 1} were removed before the stream read them",
+                self.opts.fail_on_data_loss,
+            )
+        elif lo is not None and lo < log_start and (hi is None or lo < hi):
+            last = log_start if hi is None else min(hi, log_start)
+            report_data_loss(
+                f"log {name}: offsets {lo}..{last - 1} were removed (log start is now {log_start})",
+                self.opts.fail_on_data_loss,
+            )
+
+    def check_resume(self, start: dict) -> None:
+        """The data-loss checks of a micro-batch from ``start`` (the offsets a checkpoint committed),
+        made now on the driver: a job can report them before its query runs (from inside a query Spark
+        logs them with two stack traces first)."""
+        bounds = self._bounds()
+        self._check_not_behind(start, bounds, {d.name for d in find_log_dirs(self.path)})
+        for name, (log_start, _) in bounds.items():
+            self._check_start(name, start.get(name), None, log_start)
+
     def _hold_back(self, begin: dict[str, int], latest: dict[str, int]) -> bool:
         """Spark's Kafka rule for ``minOffsetsPerTrigger`` / ``maxTriggerDelay``: hold this trigger
         back while fewer new offsets than the minimum are there, unless the delay has passed since the
@@ -204,14 +231,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log_start, log_end = lg.start_offset, readable_end(lg, self.opts.isolation)
                 lo = start.get(name, log_start)
                 hi = end[name]
-                if name not in start and log_start > 0:
-                    # Spark's Kafka rule: a partition found later is read from 0 ("Added partition
-                    # starts from N instead of 0")
-                    report_data_loss(
-                        f"log {name} appeared after the stream started but starts at offset {log_start}, "
-                        f"not 0: offsets 0..{log_start - 1} were removed before the stream read them",
-                        self.opts.fail_on_data_loss,
-                    )
+                self._check_start(name, start.get(name), hi, log_start)
                 if lo > hi:  # Kafka's "offset was changed": the records in between were never read
                     report_data_loss(
                         f"log {name}: the batch starts at offset {lo}, after its end {hi} (the log was "
@@ -221,13 +241,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
                 if lo >= hi:
                     continue
-                if lo < log_start:
-                    report_data_loss(
-                        f"log {name}: offsets {lo}..{min(hi, log_start) - 1} were removed (log start is "
-                        f"now {log_start})",
-                        self.opts.fail_on_data_loss,
-                    )
-                    lo = log_start
+                lo = max(lo, log_start)
                 if hi > log_end:
                     report_data_loss(
                         f"log {name}: offsets up to {hi} were planned but the log now ends at {log_end}",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.spark_fixtures import append_records, engine_rows, make_log, row_tuple
 
+from seglogfs.config import LogConfig
 from seglogfs.log import Log
 from seglogfs.spark import jobs
 from seglogfs.spark.archive import (
@@ -297,3 +298,35 @@ def test_the_summary_names_logs_whose_topic_looks_like_a_number(spark, tmp_path,
     text = capsys.readouterr().out
     assert "007-0: 20 records, offsets 0..19" in text and "1e3-1: 5 records, offsets 0..4" in text
     assert {p.name for p in out.glob("topic=*")} == {"topic=007", "topic=1e3"}
+
+
+def test_records_removed_before_a_run_exported_them_fail_it_before_the_query(
+    spark, tmp_path, capsys, monkeypatch
+) -> None:
+    """Retention overtaking the hourly export: the run fails with one line naming the log and the
+    offsets (no query, so no Spark stack traces), and --no-fail-on-data-loss skips them."""
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "a-0", batches=5, per_batch=10)
+    make_log(data, "b-0", batches=1, per_batch=10)
+    assert export(data, out) == 0
+    cfg = LogConfig.from_mapping({"segment.bytes": 8000, "retention.bytes": 1})
+    with Log.open(data / "a-0", cfg) as log:
+        append_records(log, 40, 10)
+        assert log.delete_old_segments() > 0
+        log_start = log.start_offset
+        append_records(log, 5, 10)
+    assert log_start > 50
+    real_session = jobs.make_session
+
+    def no_session(*args: object) -> None:
+        raise AssertionError("a Spark session was started for a run that cannot export")
+
+    monkeypatch.setattr(jobs, "make_session", no_session)
+    capsys.readouterr()
+    assert export(data, out) == 2
+    err = capsys.readouterr().err
+    assert f"log a-0: offsets 50..{log_start - 1} were removed (log start is now {log_start})" in err
+    assert len(err.strip().splitlines()) == 1, err
+    monkeypatch.setattr(jobs, "make_session", real_session)
+    assert export(data, out, "--no-fail-on-data-loss") == 0
+    assert f"a-0: {500 - log_start} records, offsets {log_start}..499" in capsys.readouterr().out
