@@ -19,6 +19,8 @@ from support.mount_fixture import Seglogd, fuse_required
 from support.mount_fixture import seglogd as seglogd  # the fixture
 from support.transactions import NOW, Scenario, TxnModel, data_batch, random_scenario
 
+from seglogfs import value_stream
+
 COMMITTED, ALL = "committed-0", "all-0"
 
 
@@ -197,3 +199,40 @@ def test_the_cleaner_never_cleans_past_the_last_stable_offset(seglogd, tmp_path:
     assert (log / "by-offset" / "1").read_bytes() == b"old"
     assert not (log / "by-offset" / "0").exists()  # superseded below the LSO: cleaned
     assert _cat(log / "records") == b"old\n"
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_a_live_switch_of_the_isolation_level_waits_for_the_readers_of_a_view(
+    seglogd, tmp_path: Path
+) -> None:
+    """``tail -f records`` open across a reload that switches ``fs.isolation.level``: the size it polls
+    and the bytes it reads must come from one stream, so it never sees a truncation, a cut or doubled
+    line (it would re-read from 0, through its reader of the old level, as many bytes as the new
+    level's size). The open file keeps the old level; once nobody has it open, the view shows the
+    new level, its size included."""
+    scenario = Scenario().send_plain([b"p0"]).send(7, [b"aborted"]).abort(7).send_plain([b"p3"])
+    mnt, _ = _mount(seglogd, tmp_path, scenario)
+    log = mnt / ALL
+    fd = os.open(log / "records", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1 << 20, 0) == b"p0\naborted\np3\n"
+        logs = mnt.settings["logs"]
+        mnt.write_config(logs={**logs, ALL: {**logs[ALL], "fs.isolation.level": "read_committed"}})
+        mnt.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while json.loads((log / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
+            assert time.monotonic() < deadline, mnt.stderr()
+            time.sleep(0.05)
+        time.sleep(1)  # a few notifier checks
+        assert os.fstat(fd).st_size == 14  # what tail -f polls: never shrinks while the file is open
+        with open(log / "append", "ab") as append:
+            append.write(b"new\n")
+        time.sleep(0.5)
+        assert os.fstat(fd).st_size == 18
+        assert os.pread(fd, 1 << 20, 14) == b"new\n"
+    finally:
+        os.close(fd)
+    time.sleep(value_stream.QUIET_BEFORE_REBASE_S + 1)  # nobody reads it: the new level shows
+    assert (log / "records").stat().st_size == 10  # the size the kernel cached was invalidated
+    assert _cat(log / "records") == b"p0\np3\nnew\n"
