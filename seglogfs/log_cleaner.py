@@ -44,6 +44,7 @@ from .cleaner_records import (
 from .errors import CorruptRecordError, SeglogError
 from .log import Log
 from .log_files import CLEANED_SUFFIX
+from .log_segments import segment_index_for
 from .offset_map import OffsetMap
 from .records import iter_batch_headers
 from .segment import LogSegment, pread_header
@@ -116,14 +117,17 @@ class CleanResult:
 
 def cleanable_range(lg: Log, checkpoint: int | None, now_ms: int) -> CleanRange:
     """Kafka's ``cleanableOffsets`` and dirty byte counts: the dirty section starts at the checkpoint
-    (the log start when it is missing or out of range) and ends before the active segment and before
-    the first segment holding records newer than ``min.compaction.lag.ms``."""
+    (the log start when it is missing or out of range) and ends before the active segment, before the
+    segment holding the last stable offset (Kafka never cleans past it: a record after an open
+    transaction, which a read_committed reader cannot see yet, must not supersede one before it) and
+    before the first segment holding records newer than ``min.compaction.lag.ms``."""
     cfg, segments = lg.config, lg.segments
     start = lg.start_offset
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= lg.end_offset else start
     active = segments[-1]
     dirty = _sealed_overlapping(segments, first_dirty, _NO_END)
-    uncleanable = active.base_offset
+    unstable = segments[segment_index_for(lg.last_stable_offset, segments)]
+    uncleanable = min(active.base_offset, unstable.base_offset)
     if cfg.min_compaction_lag_ms > 0:
         young = next((s for s in dirty if s.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms), None)
         if young is not None:

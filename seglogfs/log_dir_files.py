@@ -28,6 +28,10 @@ class LogDirFiles:
     def _path(self, name: str) -> Path:
         return Path(self.log.dir) / name
 
+    def path(self, name: str) -> str:
+        """Where ``name`` lies on disk (to tell whether the file an fd reads still holds that name)."""
+        return str(self._path(name))
+
     def names(self) -> list[str]:
         """The regular, non-hidden files of the log dir, sorted (symlinks and other types left out)."""
         with os.scandir(self.log.dir) as it:

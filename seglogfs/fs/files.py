@@ -278,7 +278,7 @@ class SegmentFile(ReadOnlyFile):
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
         files = LogDirFiles(lg)
-        handle = DescriptorFile(files.open(node.name))
+        handle = DescriptorFile(files.open(node.name), files.path(node.name))
         # Page cache either way, so tools can mmap these files (dump does; direct_io forbids
         # shared mmap). Sealed segments never change: keep_cache keeps their pages across
         # opens. The active segment and its indexes change in place: without keep_cache every

@@ -47,15 +47,30 @@ class SnapshotFile(OpenFile):
 
 
 class DescriptorFile(OpenFile):
-    """A ``segments/<file>``: reads go straight to the fd opened on the log dir's file."""
+    """A ``segments/<file>``: reads go straight to the fd opened on the log dir's file at ``path``.
 
-    __slots__ = ("fd",)
+    The kernel keeps one page cache per path, and the log cleaner swaps a cleaned file in under the
+    same name. Once another file holds the path, bytes read through this fd would land in that cache
+    beside the new file's pages (a later reader would get a mix no file holds): such reads fail
+    with ESTALE. A file that left the path without a successor (retention) goes on being read."""
 
-    def __init__(self, fd: int) -> None:
+    __slots__ = ("fd", "identity", "path")
+
+    def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
+        self.path = path
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
 
     def read(self, size: int, offset: int) -> bytes:
-        return os.pread(self.fd, size, offset)
+        data = os.pread(self.fd, size, offset)
+        try:
+            st = os.lstat(self.path)  # after the read: a swap during it is seen
+        except FileNotFoundError:
+            return data
+        if (st.st_dev, st.st_ino) != self.identity:
+            raise fail(errno.ESTALE)
+        return data
 
     def release(self, why: str) -> None:
         if self.fd >= 0:

@@ -269,24 +269,26 @@ def with_attributes(batch: bytes, extra: int, producer_id: int) -> bytes:
 
 def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
     """Copied from a broker: a transactional batch (maybe aborted) is never rewritten nor dropped, and
-    its keys never make another record go."""
+    its keys never make another record go. (Its transaction is committed: the cleaner never cleans
+    past an open one's first offset, the last stable offset.)"""
     log_dir = tmp_path / "t-0"
     log_dir.mkdir()
     now = 1_700_000_000_000
     plain = encode_batch([ProducerRecord(key=b"a", value=b"1")], 0, now_ms=now)
     txn = with_attributes(encode_batch([ProducerRecord(key=b"a", value=b"2")], 1, now_ms=now), 0x10, 42)
-    newer = encode_batch([ProducerRecord(key=b"b", value=b"3")], 2, now_ms=now)
-    superseding = encode_batch([ProducerRecord(key=b"a", value=b"4")], 3, now_ms=now)
-    (log_dir / "00000000000000000000.log").write_bytes(plain + txn + newer)
-    (log_dir / "00000000000000000003.log").write_bytes(superseding)
-    (log_dir / "00000000000000000004.log").write_bytes(b"")
+    commit = control_batch(2, 42, epoch=read_batch_header(txn, 0).producer_epoch, ts=now)
+    newer = encode_batch([ProducerRecord(key=b"b", value=b"3")], 3, now_ms=now)
+    superseding = encode_batch([ProducerRecord(key=b"a", value=b"4")], 4, now_ms=now)
+    (log_dir / "00000000000000000000.log").write_bytes(plain + txn + commit + newer)
+    (log_dir / "00000000000000000004.log").write_bytes(superseding)
+    (log_dir / "00000000000000000005.log").write_bytes(b"")
     clock = ManualClock(now)
     with open_manager(tmp_path, compact_config(), clock) as manager:
         lg = manager.get("t-0")
         assert manager.clean_once() is not None
         data = lg.segments[0].log_path.read_bytes()
         assert txn in data  # byte for byte
-        assert engine_records(lg) == [(1, b"a", b"2"), (2, b"b", b"3"), (3, b"a", b"4")]
+        assert engine_records(lg) == [(1, b"a", b"2"), (3, b"b", b"3"), (4, b"a", b"4")]
 
 
 def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ streams behind ``records``/``from/<n>`` in process, then the real mount driven b
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -273,3 +275,41 @@ def test_compaction_while_writers_append_and_readers_follow(seglogd) -> None:
     # once nobody has read or stat'ed it for a while, records begins afresh: the compacted log
     time.sleep(value_stream.QUIET_BEFORE_REBASE_S + 0.5)
     assert (log / "records").read_bytes() == b"".join(value + b"\n" for _, _, value in survivors)
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_a_segment_file_read_across_its_swap_never_mixes_old_and_new_bytes(seglogd) -> None:
+    """``segments/<base>.log`` keeps its name when the cleaner swaps in the cleaned file. A reader that
+    opened the old one and reads on after the swap must not put the old file's bytes into the page
+    cache the kernel keeps for that name (sealed segments are opened keep_cache): a later ``cat`` would
+    get the new file's head and the old file's tail, bytes no file on disk holds. Its reads fail with
+    ESTALE instead; a new reader gets the file on disk."""
+    settings = {**USERS, "segment.bytes": 200_000, "min.cleanable.dirty.ratio": 0.99,
+                "file.delete.delay.ms": 60_000}
+    mnt: Seglogd = seglogd(defaults={"log.cleaner.backoff.ms": "50ms"}, logs={"users-0": settings})
+    log = mnt / "users-0"
+    with open(log / "append", "ab", buffering=0) as append:
+        for r in range(30):  # 30 batches of 150 records over 50 keys: two segments, the first sealed
+            append.write(b"".join(b"k%d:%s\n" % (i % 50, b"r%d-%d-" % (r, i) * 10) for i in range(150)))
+    name = sorted(n for n in os.listdir(log / "segments") if n.endswith(".log"))[0]
+    path = log / "segments" / name
+    old = os.open(path, os.O_RDONLY)
+    try:
+        assert len(os.pread(old, 4096, 0)) == 4096
+        mnt.write_config(logs={"users-0": {**settings, "min.cleanable.dirty.ratio": 0.01}})
+        mnt.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while not json.loads((log / "info").read_text())["cleaner"]["passes"]:
+            assert time.monotonic() < deadline, mnt.stderr()
+            time.sleep(0.1)
+        time.sleep(1)  # the notifier has dropped what the kernel cached of the old file
+        on_disk = (mnt.data_dir / "users-0" / name).read_bytes()
+        assert len(on_disk) < 4096 * 2, "the clean did not shrink the segment: the test proves nothing"
+        with pytest.raises(OSError) as raised:
+            os.pread(old, 1 << 20, 4096)
+        assert raised.value.errno == errno.ESTALE
+    finally:
+        os.close(old)
+    assert path.read_bytes() == on_disk
+    assert subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout == on_disk

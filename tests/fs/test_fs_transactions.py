@@ -8,14 +8,18 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from support.mount_fixture import Seglogd, fuse_required
 from support.mount_fixture import seglogd as seglogd  # the fixture
-from support.transactions import Scenario, TxnModel, random_scenario
+from support.transactions import NOW, Scenario, TxnModel, data_batch, random_scenario
+
+from seglogfs import value_stream
 
 COMMITTED, ALL = "committed-0", "all-0"
 
@@ -149,3 +153,86 @@ def test_a_live_switch_of_the_isolation_level_drops_what_the_kernel_cached(seglo
         (log / "by-offset" / "1").read_bytes()
     assert (log / "records").stat().st_size == 6
     assert _cat(log / "records") == b"p0\np3\n"
+
+
+def _keyed_batch(base_offset: int, key: bytes, value: bytes) -> bytes:
+    """A non-transactional v2 batch of one keyed record, from kafka-python's builder."""
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=1 << 30)
+    builder.append(0, timestamp=NOW, key=key, value=value, headers=[])
+    batch = bytearray(builder.build())
+    struct.pack_into(">q", batch, 0, base_offset)
+    return bytes(batch)
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_the_cleaner_never_cleans_past_the_last_stable_offset(seglogd, tmp_path: Path) -> None:
+    """A compacted broker copy whose transaction stays open: our keyed appends land past its last
+    stable offset, where a read_committed reader cannot see them, so the cleaner must not let them
+    supersede the records before it (Kafka never cleans past the LSO): `records` keeps the last
+    committed value of each key, and info's first_uncleanable_offset stays at or below the LSO."""
+    log_dir = tmp_path / "data" / COMMITTED
+    log_dir.mkdir(parents=True)
+    (log_dir / f"{0:020d}.log").write_bytes(_keyed_batch(0, b"k", b"first") + _keyed_batch(1, b"k", b"old"))
+    (log_dir / f"{2:020d}.log").write_bytes(
+        data_batch(2, [b"open"], producer_id=9, epoch=0, base_sequence=0, transactional=True)
+    )
+    settings = {"retention.ms": -1, "fs.isolation.level": "read_committed", "cleanup.policy": "compact",
+                "fs.append.key.separator": ":", "segment.bytes": 200, "min.cleanable.dirty.ratio": 0.01,
+                "file.delete.delay.ms": 0}
+    mnt = seglogd(data_dir=tmp_path / "data", defaults={"log.cleaner.backoff.ms": "50ms"},
+                  logs={COMMITTED: settings})
+    log = mnt / COMMITTED
+    subprocess.run(["bash", "-c", f"for i in 1 2 3 4 5 6; do echo k:new$i >> {log / 'append'}; done"],
+                   check=True)
+    assert len(list(log_dir.glob("*.log"))) > 3  # the appends rolled: sealed segments past the LSO
+    deadline, last = time.monotonic() + 30, None
+    while True:  # settled: nothing cleanable, the same cleaner state two looks 0.5 s apart
+        info = json.loads((log / "info").read_text())
+        if last is not None and not info["cleaner"]["cleanable"] and info["cleaner"] == last["cleaner"]:
+            break
+        assert time.monotonic() < deadline, info
+        last = info
+        time.sleep(0.5)
+    assert info["last_stable_offset"] == 2
+    assert info["cleaner"]["first_uncleanable_offset"] <= info["last_stable_offset"], info["cleaner"]
+    assert (log / "by-offset" / "1").read_bytes() == b"old"
+    assert not (log / "by-offset" / "0").exists()  # superseded below the LSO: cleaned
+    assert _cat(log / "records") == b"old\n"
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_a_live_switch_of_the_isolation_level_waits_for_the_readers_of_a_view(
+    seglogd, tmp_path: Path
+) -> None:
+    """``tail -f records`` open across a reload that switches ``fs.isolation.level``: the size it polls
+    and the bytes it reads must come from one stream, so it never sees a truncation, a cut or doubled
+    line (it would re-read from 0, through its reader of the old level, as many bytes as the new
+    level's size). The open file keeps the old level; once nobody has it open, the view shows the
+    new level, its size included."""
+    scenario = Scenario().send_plain([b"p0"]).send(7, [b"aborted"]).abort(7).send_plain([b"p3"])
+    mnt, _ = _mount(seglogd, tmp_path, scenario)
+    log = mnt / ALL
+    fd = os.open(log / "records", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1 << 20, 0) == b"p0\naborted\np3\n"
+        logs = mnt.settings["logs"]
+        mnt.write_config(logs={**logs, ALL: {**logs[ALL], "fs.isolation.level": "read_committed"}})
+        mnt.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while json.loads((log / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
+            assert time.monotonic() < deadline, mnt.stderr()
+            time.sleep(0.05)
+        time.sleep(1)  # a few notifier checks
+        assert os.fstat(fd).st_size == 14  # what tail -f polls: never shrinks while the file is open
+        with open(log / "append", "ab") as append:
+            append.write(b"new\n")
+        time.sleep(0.5)
+        assert os.fstat(fd).st_size == 18
+        assert os.pread(fd, 1 << 20, 14) == b"new\n"
+    finally:
+        os.close(fd)
+    time.sleep(value_stream.QUIET_BEFORE_REBASE_S + 1)  # nobody reads it: the new level shows
+    assert (log / "records").stat().st_size == 10  # the size the kernel cached was invalidated
+    assert _cat(log / "records") == b"p0\np3\nnew\n"
