@@ -25,6 +25,7 @@ from seglogfs.records import iter_batch_headers, validate_batch
 
 CHILD = r"""
 import sys
+from seglogfs.config import LogConfig
 from seglogfs.log_manager import LogManager
 
 manager = LogManager(sys.argv[1], LogConfig.from_mapping(
