@@ -237,6 +237,7 @@ class Cleaner:
         )
         self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)
         full = self._build_offset_map(dirty_segments, offset_map, start)
+        self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)  # it grew with the keys
         end = max(offset_map.latest_offset + 1, start)
         result = CleanResult(lg.name, start, end, full)
         self._untouched_records = False

@@ -30,6 +30,13 @@ _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xD6E8FEB86659FD93)
 _S33 = np.uint64(33)
 _ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+#: the table starts with at most this many slots and doubles as keys come, up to what the budget
+#: allows: a map of few keys stays in the CPU caches (a 96 MiB table probed at random misses them at
+#: every record, which made a clean of 10^7 records over 10^5 keys 1.7x slower)
+INITIAL_SLOTS = 1 << 16
+#: the table doubles before the keys it holds and those coming would fill more than this share of it
+#: (the budget's full-size table still fills to ``load_factor``)
+_GROW_AT = 0.5
 
 
 def largest_prime_at_most(n: int) -> int:
@@ -58,13 +65,16 @@ class OffsetMap:
     """Key digest -> latest offset. ``memory`` bytes of budget (24 a slot), full at ``load_factor``.
 
     ``table_slots`` may make the table smaller than the budget allows (a small dirty section needs no
-    128 MiB table); fullness is then still judged against the smaller table.
+    128 MiB table); fullness is then still judged against the smaller table. The table itself starts
+    small and grows (:data:`INITIAL_SLOTS`) up to that size, ``max_slots``: fullness is always judged
+    against ``max_slots``, as Kafka's fixed map.
     """
 
     def __init__(self, memory: int, load_factor: float = 0.9, *, table_slots: int | None = None) -> None:
         budget_slots = max(memory // OFFSET_MAP_BYTES_PER_ENTRY, 2)
-        self.slots = largest_prime_at_most(min(budget_slots, table_slots or budget_slots))
-        self.capacity = max(int(self.slots * load_factor), 1)
+        self.max_slots = largest_prime_at_most(min(budget_slots, table_slots or budget_slots))
+        self.slots = min(self.max_slots, largest_prime_at_most(INITIAL_SLOTS))
+        self.capacity = max(int(self.max_slots * load_factor), 1)
         # One row a slot: digest lanes and offset side by side, so that a probe touches one cache line.
         # The third column holds offset + 1: 0 is an empty slot, so the zeroed table needs no fill
         # (untouched pages are never even mapped).
@@ -184,6 +194,26 @@ class OffsetMap:
     def _insert(self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray) -> None:
         """Store each digest with the largest of its offsets: update a key present, claim an empty slot
         otherwise (a key may come several times)."""
+        self._make_room(len(h1))
+        self._place(h1, h2, offsets)
+
+    def _make_room(self, incoming: int) -> None:
+        """Grow the table, doubling up to ``max_slots``, until the keys it holds plus ``incoming`` new
+        ones (at most) fill no more than :data:`_GROW_AT` of it."""
+        wanted = self.size + incoming
+        slots = self.slots
+        while slots < self.max_slots and wanted > _GROW_AT * slots:
+            slots *= 2
+        if slots == self.slots:
+            return
+        live = self._table[self._table[:, 2] > 0]
+        self.slots = min(largest_prime_at_most(slots), self.max_slots)
+        self._table = np.zeros((self.slots, 3), dtype=np.int64)
+        self.size = 0
+        self._place(live[:, 0].view(np.uint64), live[:, 1].view(np.uint64), live[:, 2] - 1)
+
+    def _place(self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray) -> None:
+        """:meth:`_insert` into the table as it is (it has room for every key)."""
         table = self._table
         k1, k2 = h1.view(np.int64), h2.view(np.int64)
         slot, step = self._probe(h1, h2)

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglogfs.offset_map import OffsetMap, largest_prime_at_most
+from seglogfs.offset_map import INITIAL_SLOTS, OffsetMap, largest_prime_at_most
 
 
 def columns(keys: list[bytes], prefix: bytes = b"") -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -76,3 +76,25 @@ def test_memory_is_the_budget() -> None:
     assert m.slots == largest_prime_at_most((1 << 20) // 24)
     small = OffsetMap(1 << 20, table_slots=1000)
     assert small.slots == 997 and small.nbytes < 24 * 1000
+
+
+def test_the_table_grows_with_its_keys_up_to_the_budget_and_keeps_every_one() -> None:
+    """The table starts small (a map of few keys stays in the CPU caches) and doubles as keys come;
+    every key keeps its latest offset across the growths, and fullness is still the budget's."""
+    m = OffsetMap(24 * 1_000_003, 0.9)
+    assert m.slots == largest_prime_at_most(INITIAL_SLOTS) and m.max_slots == largest_prime_at_most(1_000_003)
+    assert m.capacity == int(m.max_slots * 0.9)
+    keys = [b"key-%d" % i for i in range(300_000)]
+    sizes = []
+    for lo in range(0, len(keys), 20_000):  # windows, each key twice: the later offset wins
+        window = keys[lo : lo + 20_000] * 2
+        h1, h2 = m.digests(*columns(window))
+        assert m.put_prefix(h1, h2, np.arange(2 * lo, 2 * lo + len(window), dtype=np.int64)) == len(window)
+        sizes.append(m.slots)
+    assert sizes == sorted(sizes) and INITIAL_SLOTS < m.slots <= m.max_slots
+    assert m.size == len(keys) and m.nbytes == 24 * m.slots
+    h1, h2 = m.digests(*columns(keys))
+    expected = [2 * (i - i % 20_000) + 20_000 + i % 20_000 for i in range(len(keys))]
+    assert m.get(h1, h2).tolist() == expected
+    small = OffsetMap(24 * 1_000_003, 0.9, table_slots=5000)
+    assert small.slots == small.max_slots == 4999  # a small dirty section: never grows
