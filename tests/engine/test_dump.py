@@ -328,11 +328,16 @@ def test_legacy_and_v2_built_batches(tmp_path):
     assert out[-1].endswith("keySize: -1 valueSize: -1 sequence: 11 headerKeys: []")
 
 
-def test_producer_snapshot_entry(tmp_path):
-    entry = struct.pack(">qhiqiqiq", 4000, 2, 17, 1234, 3, 1_700_000_000_000, 5, -1)
+def _snapshot_file(tmp_path, entry: bytes):
+    """A version-1 producer snapshot at offset 1235 holding the one packed ``entry``."""
     body = struct.pack(">i", 1) + entry
     path = tmp_path / "00000000000000001235.snapshot"
     path.write_bytes(struct.pack(">hI", 1, crc32c(body)) + body)
+    return path
+
+
+def test_producer_snapshot_entry(tmp_path):
+    path = _snapshot_file(tmp_path, struct.pack(">qhiqiqiq", 4000, 2, 17, 1234, 3, 1_700_000_000_000, 5, -1))
     out, err, _ = run_dump([path])
     assert err == []
     assert out == [
@@ -351,10 +356,7 @@ def test_producer_snapshot_entry_without_a_data_batch(tmp_path):
     DumpLogSegments prints the sequence fields only from it: a producer known by its markers alone
     (or whose epoch a fencing ABORT bumped) ends at "lastTimestamp: T " (its trailing space kept).
     We printed "firstSequence: 2147483647 lastSequence: -1 lastOffset: -1 ..." for it."""
-    entry = struct.pack(">qhiqiqiq", 4000, 3, -1, -1, 0, 1_700_000_000_009, 5, -1)
-    body = struct.pack(">i", 1) + entry
-    path = tmp_path / "00000000000000001235.snapshot"
-    path.write_bytes(struct.pack(">hI", 1, crc32c(body)) + body)
+    path = _snapshot_file(tmp_path, struct.pack(">qhiqiqiq", 4000, 3, -1, -1, 0, 1_700_000_000_009, 5, -1))
     out, err, _ = run_dump([path])
     assert err == []
     assert out == [

@@ -42,6 +42,19 @@ def _cat(path: Path) -> bytes:
     return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
 
 
+def _switch_to_read_committed(mnt: Seglogd, name: str) -> None:
+    """Set ``fs.isolation.level: read_committed`` on log ``name`` by a config reload (SIGHUP); return
+    once ``info`` shows it and the notifier has had a few checks."""
+    logs = mnt.settings["logs"]
+    mnt.write_config(logs={**logs, name: {**logs[name], "fs.isolation.level": "read_committed"}})
+    mnt.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while json.loads((mnt / name / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
+        assert time.monotonic() < deadline, mnt.stderr()
+        time.sleep(0.05)
+    time.sleep(1)  # a few notifier checks
+
+
 @pytest.mark.fuse
 @fuse_required
 @pytest.mark.parametrize("seed", [1, 4])
@@ -140,14 +153,7 @@ def test_a_live_switch_of_the_isolation_level_drops_what_the_kernel_cached(seglo
     log = mnt / ALL
     assert (log / "by-offset" / "1").read_bytes() == b"aborted"  # now in the kernel's caches
     assert _cat(log / "records") == b"p0\naborted\np3\n" and (log / "records").stat().st_size == 14
-    logs = mnt.settings["logs"]
-    mnt.write_config(logs={**logs, ALL: {**logs[ALL], "fs.isolation.level": "read_committed"}})
-    mnt.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    while json.loads((log / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
-        assert time.monotonic() < deadline, mnt.stderr()
-        time.sleep(0.05)
-    time.sleep(1)  # a few notifier checks
+    _switch_to_read_committed(mnt, ALL)
     assert not (log / "by-offset" / "1").exists()
     with pytest.raises(FileNotFoundError):
         (log / "by-offset" / "1").read_bytes()
@@ -217,14 +223,7 @@ def test_a_live_switch_of_the_isolation_level_waits_for_the_readers_of_a_view(
     fd = os.open(log / "records", os.O_RDONLY)
     try:
         assert os.pread(fd, 1 << 20, 0) == b"p0\naborted\np3\n"
-        logs = mnt.settings["logs"]
-        mnt.write_config(logs={**logs, ALL: {**logs[ALL], "fs.isolation.level": "read_committed"}})
-        mnt.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while json.loads((log / "info").read_text())["config"]["fs.isolation.level"] != "read_committed":
-            assert time.monotonic() < deadline, mnt.stderr()
-            time.sleep(0.05)
-        time.sleep(1)  # a few notifier checks
+        _switch_to_read_committed(mnt, ALL)
         assert os.fstat(fd).st_size == 14  # what tail -f polls: never shrinks while the file is open
         with open(log / "append", "ab") as append:
             append.write(b"new\n")
