@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -200,17 +201,22 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     return entries
 
 
+def producers_listed_twice(entries: list[ProducerStateEntry]) -> list[int]:
+    """The producer ids a snapshot lists more than once, ascending (a sound snapshot has none)."""
+    listed = Counter(entry.producer_id for entry in entries)
+    return sorted(pid for pid, times in listed.items() if times > 1)
+
+
 def _check_open_transactions(entries: list[ProducerStateEntry], offset: int, path: Path) -> None:
     """CorruptSnapshotError when the open transactions of a snapshot taken at ``offset`` cannot be: one
     beginning at or past the snapshot's own offset, or two beginning at the same offset; or when a
     producer is listed twice (its first entry's open transaction would stay open for good, with no
     producer left to end it). The CRC says only that the bytes are as written."""
+    twice = producers_listed_twice(entries)
+    if twice:
+        raise CorruptSnapshotError(f"snapshot {path}: producer {twice[0]} is listed twice")
     firsts: set[int] = set()
-    pids: set[int] = set()
     for entry in entries:
-        if entry.producer_id in pids:
-            raise CorruptSnapshotError(f"snapshot {path}: producer {entry.producer_id} is listed twice")
-        pids.add(entry.producer_id)
         first = entry.current_txn_first_offset
         if first is None:
             continue

@@ -11,7 +11,6 @@ was unreadable, or only some segments were given) producers' transactions there 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import astuple, fields
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from seglogfs.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
     end_txn_marker,
+    producers_listed_twice,
     read_snapshot,
 )
 from seglogfs.records import BatchHeader
@@ -246,8 +246,7 @@ class TransactionCheck:
         snapshot lacks is fine unless a transaction of it is open: only idle producers expire."""
         replayed = self._producers
         stored = {entry.producer_id: entry for entry in entries}
-        listed = Counter(entry.producer_id for entry in entries)
-        for pid in sorted(pid for pid, times in listed.items() if times > 1):  # loading refuses these
+        for pid in producers_listed_twice(entries):  # loading refuses such a snapshot
             self._problem(path, None, f"producer {pid} is listed twice")
         for pid, entry in stored.items():
             have = replayed.get(pid)
