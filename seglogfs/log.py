@@ -333,11 +333,23 @@ class Log(SegmentRemoval):
         with self._lock:
             self._check_writable()
             now = clock_ms(self._clock)
-            encode = self._split_encoder(items, now)
-            planned = split_into_batches(
-                encode, len(items), self._next_offset, self.config.max_message_bytes, self.name
-            )
-            return self._append_batches(planned, now)
+            return self._append_batches(self._plan_split(items, now), now)
+
+    def check_append(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
+        """Raise what :meth:`append_split` of ``items`` would raise for their keys and sizes (EINVAL,
+        EFBIG: each batch encoded, compressed, exactly as it would be), appending nothing."""
+        if not items:
+            return
+        self._check_keys(items)
+        with self._lock:
+            self._plan_split(items, clock_ms(self._clock))
+
+    def _plan_split(
+        self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues, now_ms: int
+    ) -> list[tuple[bytes, int]]:
+        encode = self._split_encoder(items, now_ms)
+        limit = self.config.max_message_bytes
+        return split_into_batches(encode, len(items), self._next_offset, limit, self.name)
 
     def _split_encoder(
         self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues, now_ms: int
@@ -363,6 +375,12 @@ class Log(SegmentRemoval):
 
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)
+
+    @property
+    def compresses(self) -> bool:
+        """Whether the batches this log builds from appended records are compressed (compression.type
+        names a codec): their size against max.message.bytes is then known only once encoded."""
+        return self._codec() != Compression.NONE
 
     def _timestamp_type(self) -> TimestampType:
         return TimestampType.LOG_APPEND_TIME if self.config.log_append_time else TimestampType.CREATE_TIME

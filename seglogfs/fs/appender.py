@@ -7,10 +7,14 @@ max.message.bytes is the engine's (``Log.append_split``, ``Log.max_value_bytes``
 keeps what a writer has not finished (a partial line, the raw body) and decides what a refused write
 takes with it.
 
-No flush(): every open sets noflush. FLUSH comes at each close() of each dup of a descriptor
-(`{ printf 'a'; echo b; } > append` closes three), so the partial line and the append.raw body
-are committed at RELEASE, the last close of the open file. The kernel sends RELEASE without
-waiting for it, just after that close() returns: a reader may see the record a moment later.
+FLUSH comes at each close() of each dup of a descriptor (`{ printf 'a'; echo b; } > append`
+closes three), so the partial line and the append.raw body are committed at RELEASE, the last
+close of the open file. The kernel sends RELEASE without waiting for it, just after that close()
+returns: a reader may see the record a moment later, and nobody hears an error. So on a log whose
+compression.type names a codec, where a body's size against max.message.bytes is known only once
+compressed, the append files open without noflush and each FLUSH checks what RELEASE would append:
+a close() gets EFBIG, and the body is discarded whole, when compression makes it too large. Without
+a codec the size checked at each write is exact, and opens keep noflush (no round trip at close).
 """
 
 from __future__ import annotations
@@ -54,6 +58,32 @@ class Appender(OpenFile):
 
     def fsync(self) -> None:
         self.log.flush()
+
+    @property
+    def checks_at_close(self) -> bool:
+        return self.log.compresses
+
+    def flush(self) -> None:
+        """At a close(): EFBIG when what RELEASE would append cannot make a batch once compressed.
+        The body is then discarded whole, with any bytes a dup still writes to continue it."""
+        with self.lock:
+            if self.discarding or not self.pending or not _may_outgrow_when_compressed(self):
+                return
+            try:
+                self._check_pending()
+            except RecordTooLargeError:
+                self._discard_pending()
+                raise
+            except InvalidRecordError:
+                pass  # a dup may still finish the line; RELEASE reports what stays wrong
+
+    def _check_pending(self) -> None:
+        """Raise what committing the unfinished body now would raise, appending nothing."""
+        raise NotImplementedError
+
+    def _discard_pending(self) -> None:
+        self.pending = bytearray()
+        self.discarding = True
 
     def _refuse_keyless(self, what: str) -> None:
         """A compacted log refuses records without a key, as a broker does; when every record of this
@@ -134,15 +164,24 @@ class LineAppender(Appender):
         separator = self._separator()
         return self.log.max_value_bytes() + (len(separator) if separator is not None else 0)
 
+    def _records(self, complete: bytes) -> list[bytes] | KeyedValues | list[ProducerRecord]:
+        """The records of the lines of ``complete`` (no trailing newline); EINVAL when a line lacks
+        the key separator."""
+        separator = self._separator()
+        if separator is None:
+            return complete.split(b"\n")  # the fast path: key-less values
+        return keyed_records(complete, separator)
+
     def _commit_lines(self, complete: bytes) -> None:
         """Append the lines of ``complete`` (no trailing newline): one batch, or several when together
         they exceed max.message.bytes (``Log.append_split``); nothing when a line alone is too large,
-        or (EINVAL) when a line lacks the key separator."""
-        separator = self._separator()
-        if separator is None:
-            self.log.append_split(complete.split(b"\n"))  # the fast path: key-less values
-            return
-        self.log.append_split(keyed_records(complete, separator))
+        or (EINVAL) when a line is malformed."""
+        records = self._records(complete)
+        if records:
+            self.log.append_split(records)
+
+    def _check_pending(self) -> None:
+        self.log.check_append(self._records(bytes(self.pending)))
 
     def _commit_pending(self) -> None:
         with self.lock:
@@ -165,10 +204,8 @@ class JsonLineAppender(LineAppender):
         at its newline."""
         return 6 * self.log.config.max_message_bytes
 
-    def _commit_lines(self, complete: bytes) -> None:
-        records = [parse_jsonl_line(line) for line in complete.split(b"\n") if line.strip()]
-        if records:
-            self.log.append_split(records)
+    def _records(self, complete: bytes) -> list[ProducerRecord]:
+        return [parse_jsonl_line(line) for line in complete.split(b"\n") if line.strip()]
 
 
 class RawAppender(Appender):
@@ -193,12 +230,27 @@ class RawAppender(Appender):
         self.pending += data
         self.written = True
 
+    def _check_pending(self) -> None:
+        self.log.check_append([ProducerRecord(value=bytes(self.pending))])
+
+    def _discard_pending(self) -> None:
+        super()._discard_pending()
+        self.written = False
+
     def _commit_pending(self) -> None:
         with self.lock:
             if not self.written:
                 return
             body, self.pending, self.written = bytes(self.pending), bytearray(), False
             self.log.append([ProducerRecord(value=body)])
+
+
+def _may_outgrow_when_compressed(appender: Appender) -> bool:
+    """Whether compression could push the unfinished body over max.message.bytes: the worst
+    expansion of the four codecs (snappy's n/6 + 32, plus xerial framing) only matters near the
+    limit, so bodies below it skip the trial encoding."""
+    size = len(appender.pending)
+    return size + size // 6 + 1024 > appender.log.max_value_bytes()
 
 
 def keyed_records(text: bytes, separator: bytes) -> KeyedValues:

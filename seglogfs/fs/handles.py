@@ -30,6 +30,15 @@ class OpenFile:
     def fsync(self) -> None:
         """Make what was written durable."""
 
+    @property
+    def checks_at_close(self) -> bool:
+        """Whether each close() of the file should reach :meth:`flush` (FLUSH costs close() a round
+        trip, so files that have nothing to say at close open with noflush)."""
+        return False
+
+    def flush(self) -> None:
+        """A close() of the file or of one of its dups: raise what that close() should report."""
+
     def release(self, why: str) -> None:
         """The last close of the file (``why``: "release"), or the mount going away ("unmount")."""
 

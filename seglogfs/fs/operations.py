@@ -275,7 +275,9 @@ class SeglogOperations(mfusepy.Operations):
     def open(self, path: str, fi: fuse_file_info) -> int:
         node = node_of(path)
         handle = self._kinds[node.kind].open(node, fi)
-        fi.noflush = 1  # nothing happens at FLUSH (each close of a dup): spare close() the round trip
+        # FLUSH comes at each close() of each dup: spare close() the round trip unless the file has
+        # something to report there (seglogfs.fs.appender)
+        fi.noflush = 0 if handle.checks_at_close else 1
         fh = next(self._next_fh)
         self._handles[fh] = handle
         fi.fh = fh
@@ -294,8 +296,14 @@ class SeglogOperations(mfusepy.Operations):
         self._handle(fi).write(data)
         return len(data)
 
-    # No flush(): every open sets noflush; what a writer left unfinished is committed at RELEASE
-    # (see seglogfs.fs.appender).
+    @fuse_errors
+    def flush(self, path: str, fi: fuse_file_info) -> int:
+        # Only files that open without noflush get here; what a writer left unfinished is still
+        # committed at RELEASE (see seglogfs.fs.appender).
+        handle = self._handles.get(fi.fh)
+        if handle is not None:
+            handle.flush()
+        return 0
 
     @fuse_errors
     def release(self, path: str, fi: fuse_file_info) -> int:

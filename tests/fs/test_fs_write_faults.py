@@ -8,6 +8,7 @@ assume it.
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -35,6 +36,7 @@ LOGS = {
     "fal-0": {},
     "dup-0": {},
     "link-0": {},
+    "gz-0": {"max.message.bytes": 1000, "compression.type": "gzip"},
 }
 
 
@@ -238,6 +240,74 @@ def test_a_partial_line_is_limited_by_its_exact_batch_size(mnt: Seglogd) -> None
     released(mnt, "exact-0", b"marker")
     settle(mnt, "exact-0", start + 2)
     assert records(mnt, "exact-0")[start:] == [b"q" * 930, b"marker"]
+
+
+def _incompressible(size: int, seed: int) -> bytes:
+    """Random bytes without a newline: gzip makes them a little larger, never smaller."""
+    return bytes(b if b != 10 else 11 for b in random.Random(seed).randbytes(size))
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("append", _incompressible(930, 1)),  # a last line without newline
+        ("append.raw", _incompressible(930, 2)),
+        ("append.jsonl", b'{"value_b64": "%s"}' % base64.b64encode(_incompressible(930, 3))),
+    ],
+)
+def test_a_body_that_compression_makes_too_large_fails_its_close(
+    mnt: Seglogd, name: str, body: bytes
+) -> None:
+    """On a gzip log of max.message.bytes 1000, a 930-byte value fits uncompressed (every write is
+    accepted) but not compressed: the close() that would leave it to RELEASE, where nobody hears an
+    error, is EFBIG, and nothing of it is appended; later bytes continuing the line go too."""
+    start = end_offset(mnt, "gz-0")
+    fd = os.open(mnt / "gz-0" / name, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, body[:400])
+    os.write(fd, body[400:])
+    assert errno_of(os.close, fd) == errno.EFBIG
+    released(mnt, "gz-0", b"marker")
+    settle(mnt, "gz-0", start + 1)
+    assert records(mnt, "gz-0")[start:] == [b"marker"]
+    assert "dropped pending data" not in mnt.stderr()
+
+
+def test_a_dup_closed_early_refuses_the_too_large_body_and_its_continuation(mnt: Seglogd) -> None:
+    """Every close() of a dup checks the body as it stands; once refused, what the other dup writes
+    to continue that line is discarded through its newline, and the next line appends."""
+    start = end_offset(mnt, "gz-0")
+    fd = os.open(mnt / "gz-0" / "append", os.O_WRONLY | os.O_APPEND)
+    dup = os.dup(fd)
+    os.write(fd, _incompressible(930, 4))
+    assert errno_of(os.close, dup) == errno.EFBIG
+    assert errno_of(os.write, fd, b"tail\n") == errno.EFBIG
+    os.write(fd, b"next\n")
+    os.close(fd)
+    settle(mnt, "gz-0", start + 1)
+    assert records(mnt, "gz-0")[start:] == [b"next"]
+
+
+def test_a_compressible_body_near_the_limit_closes_and_appends(mnt: Seglogd) -> None:
+    start = end_offset(mnt, "gz-0")
+    for name in ("append", "append.raw"):
+        fd = os.open(mnt / "gz-0" / name, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"c" * 930)
+        os.close(fd)  # FLUSH checks it: it fits compressed
+    released(mnt, "gz-0", b"marker")
+    settle(mnt, "gz-0", start + 3)
+    assert records(mnt, "gz-0")[start:] == [b"c" * 930, b"c" * 930, b"marker"]
+
+
+def test_engine_check_append_raises_what_append_would_and_appends_nothing(tmp_path: Path) -> None:
+    config = LogConfig.from_mapping({"max.message.bytes": 1000, "compression.type": "gzip"})
+    with Log.open(tmp_path / "check-0", config, create=True) as log:
+        assert log.compresses
+        log.check_append([b"c" * 930])
+        with pytest.raises(RecordTooLargeError):
+            log.check_append([_incompressible(930, 5)])
+        assert log.end_offset == 0
+    with Log.open(tmp_path / "plain-0", LogConfig.from_mapping({}), create=True) as log:
+        assert not log.compresses
 
 
 def test_append_raw_at_the_default_limit(tmp_path: Path) -> None:
