@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 import mfusepy
 
 from seglogfs.fs.fast_callbacks import LeanFUSE, lean_callbacks_available
+from seglogfs.fs.fuse_loop import owned_loop, owned_loop_available
 from seglogfs.fs.operations import SeglogOperations
 
 log = logging.getLogger("seglogfs.fs")
@@ -73,7 +75,10 @@ def run_mount(
         # value 4294967295 > max (100000)" at every start of the multi-threaded loop: give it a value.
         options["max_idle_threads"] = 10
     fuse = LeanFUSE if lean_callbacks_available() else mfusepy.FUSE
-    fuse(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, nothreads=single, **options)
+    # The notifier must stop between the loop's end and libfuse's teardown (seglogfs.fs.fuse_loop).
+    owned = owned_loop(ops.loop_ended) if owned_loop_available() else contextlib.nullcontext()
+    with owned:
+        fuse(ops, str(mount_point), raw_fi=True, foreground=True, debug=debug, nothreads=single, **options)
 
 
 _DEAD_CONNECTION = (errno.ENOTCONN, errno.ECONNABORTED)  # killed daemon; aborted connection

@@ -100,10 +100,15 @@ class SeglogOperations(mfusepy.Operations):
         if self.on_init is not None:
             self.on_init(conn, config)
 
-    def destroy(self, path: str) -> None:
-        """Stop invalidating and commit what writers left behind when the mount goes away."""
+    def loop_ended(self) -> None:
+        """libfuse's loop returned: stop invalidating before libfuse frees what invalidations use."""
         if self.notifier is not None:
             self.notifier.stop()
+
+    def destroy(self, path: str) -> None:
+        """Stop invalidating (if the loop's end did not) and commit what writers left behind when the
+        mount goes away."""
+        self.loop_ended()
         for fh in list(self._handles):
             handle = self._handles.pop(fh, None)
             if handle is not None:
