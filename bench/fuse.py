@@ -7,7 +7,9 @@ Starts a real seglogd on a temporary data dir and mount point, then measures:
   of the same values in the same run (batches of 1000, the engine target's shape) -> ratio;
 - random ``by-offset/<n>`` from this one Python process (files/s): cold with os.open/os.read/os.close
   and with ``open(p, 'rb').read()`` (which adds an isatty() ioctl), then the same offsets again (the
-  kernel's caches), and ``Log.read`` of random offsets in the engine for scale;
+  kernel's caches), each beside the same client loop on an empty mfusepy filesystem of the same
+  layout served by the same loop (bench/empty_fs.py: the binding's floor) and the ratio; and
+  ``Log.read`` of random offsets in the engine for scale;
 - by-offset read latency (p50/p99/max) while another process appends with an fsync after every write,
   and while another process reads ``records`` (the single-threaded loop serves one request at a time);
 - ``cat`` of a sealed ``segments/<seg>.log`` vs ``cat`` of the file directly, warm, best of 3, and
@@ -124,9 +126,10 @@ while True:
 """
 
 
-def by_offset_rates(log_dir: Path, n: int, lookups: int) -> list[Row]:
-    """Cold random by-offset reads (os.open and buffered open()), then the same offsets again."""
-    rng = random.Random(1)
+def by_offset_rates(log_dir: Path, n: int, lookups: int, seed: int = 1) -> dict[str, float]:
+    """Cold random by-offset reads (os.open and buffered open()), then the same offsets again:
+    files/s of each."""
+    rng = random.Random(seed)
     offsets = rng.sample(range(n), 2 * lookups)
     cold_os, cold_buffered = offsets[:lookups], offsets[lookups:]
 
@@ -145,16 +148,51 @@ def by_offset_rates(log_dir: Path, n: int, lookups: int) -> list[Row]:
                 f.read()
         return len(batch) / (time.perf_counter() - start)
 
-    cold = os_reads(cold_os)
-    buffered = buffered_reads(cold_buffered)
-    again = os_reads(cold_os)
-    again_buffered = buffered_reads(cold_buffered)
-    return [
-        ("random by-offset/<n>, cold, os.open/os.read/os.close", f"{cold:,.0f} files/s", "one process"),
-        ("random by-offset/<n>, cold, open(p, 'rb').read()", f"{buffered:,.0f} files/s", "one process"),
-        ("the same offsets again, os.open/os.read/os.close", f"{again:,.0f} files/s", "kernel caches"),
-        ("the same offsets again, open(p, 'rb').read()", f"{again_buffered:,.0f} files/s", "kernel caches"),
-    ]
+    rates = {"cold os": os_reads(cold_os), "cold open()": buffered_reads(cold_buffered)}
+    rates["again os"] = os_reads(cold_os)
+    rates["again open()"] = buffered_reads(cold_buffered)
+    return rates
+
+
+_RATE_ROWS = {
+    "cold os": "random by-offset/<n>, cold, os.open/os.read/os.close",
+    "cold open()": "random by-offset/<n>, cold, open(p, 'rb').read()",
+    "again os": "the same offsets again, os.open/os.read/os.close",
+    "again open()": "the same offsets again, open(p, 'rb').read()",
+}
+
+
+def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int) -> list[Row]:
+    """seglogd's by-offset rates beside the empty filesystem's (bench/empty_fs.py), measured in turns
+    (floor, seglogd, floor, seglogd: fresh offsets each time, best of two), and their ratios."""
+    ours: dict[str, float] = {}
+    floor: dict[str, float] = {}
+    for turn in range(2):
+        for rates, where in ((floor, floor_dir), (ours, log_dir)):
+            for key, rate in by_offset_rates(where, n, lookups, seed=turn + 1).items():
+                rates[key] = max(rates.get(key, 0.0), rate)
+    rows: list[Row] = []
+    for key, what in _RATE_ROWS.items():
+        note = "one process" if key.startswith("cold") else "kernel caches"
+        rows.append((what, f"{ours[key]:,.0f} files/s", note))
+        rows.append(("  empty mfusepy fs, same layout and loop", f"{floor[key]:,.0f} files/s",
+                     f"ratio {ours[key] / floor[key]:.2f}x (target >= 0.6x)"))
+    return rows
+
+
+def start_empty_fs(base: Path, n: int, loop: str) -> tuple[subprocess.Popen, Path]:
+    """bench/empty_fs.py on ``base/empty``: the binding's floor, served by the same loop."""
+    mount = base / "empty"
+    err = open(base / "empty_fs.stderr", "wb")  # noqa: SIM115 (kept open for the process's life)
+    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "empty_fs.py"), str(mount), str(n)],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                            env={**os.environ, "SEGLOGFS_FUSE_LOOP": loop})
+    deadline = time.monotonic() + 30
+    while not mounted(mount):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"empty_fs did not mount: {(base / 'empty_fs.stderr').read_text()}")
+        time.sleep(0.05)
+    return proc, mount
 
 
 def engine_reads(data_dir: Path, n: int, lookups: int) -> Row:
@@ -282,7 +320,11 @@ def main() -> int:
         appended, n = append_rows(base, lines, log_dir, n, args.rounds)
         rows += appended
         subprocess.run(["sync"], check=True)
-        rows += by_offset_rates(log_dir, n, args.lookups)
+        floor_proc, floor_mount = start_empty_fs(base, n, args.loop)
+        try:
+            rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups)
+        finally:
+            stop_daemon(floor_proc, floor_mount)
         rows.append(engine_reads(base / "data" / "bench-0", n, args.lookups))
         rows.append(latency_under(log_dir, n, [sys.executable, "-c", FSYNC_WRITER, str(log_dir / "append")],
                                   args.latency_seconds, "a writer fsyncs every write"))
