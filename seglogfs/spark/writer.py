@@ -4,8 +4,9 @@ Columns: ``value`` (binary or string, required), optional ``key`` (binary/string
 (array<struct<key string, value binary|string>>, no null key), ``timestamp`` (timestamp, or epoch ms
 as an integer; absent or null = now), ``topic`` (string) and ``partition`` (integer). Other columns
 are ignored. The types are checked on the driver when the write starts (:func:`check_write_schema`),
-header keys in each task before anything is staged or appended: either failure is one line naming
-the column, the type it needs and the target log.
+header keys in each task before the batch holding them is staged or appended (so on the direct route
+a job that meets one appends nothing): either failure is one line naming the column, the type it
+needs and the target log.
 
 Target log of a row:
 - ``path`` is a log dir: every row goes to it (``topic`` / ``partition`` columns are ignored);
@@ -208,7 +209,7 @@ class SeglogWriter(DataSourceArrowWriter):
         return out
 
     def _check_header_keys(self, batch: pa.RecordBatch, names: list[str]) -> None:
-        """A null header key cannot be written (Kafka's are strings): fail the task, before anything
+        """A null header key cannot be written (Kafka's are strings): fail the task before the batch
         is staged or appended, naming the log of the first row that has one."""
         import numpy as np
         import pyarrow.compute as pc
