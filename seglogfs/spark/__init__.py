@@ -16,9 +16,15 @@ __all__ = ["SeglogDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``seglog`` format with ``spark`` (a SparkSession); call once per session."""
-    from .source import SeglogDataSource
+    """Register the ``seglog`` format with ``spark`` (a SparkSession); call once per session.
 
+    The Python workers that run the source are those of :func:`.worker_python.use_worker_python`:
+    on a local master the driver's own interpreter unless one is configured.
+    """
+    from .source import SeglogDataSource
+    from .worker_python import use_worker_python
+
+    use_worker_python(spark)
     spark.dataSource.register(SeglogDataSource)
 
 

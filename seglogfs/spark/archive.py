@@ -13,6 +13,10 @@ it exports everything the logs hold when it starts and the previous runs did not
   exited 0 every Parquet file under ``DIR`` is committed and any Parquet reader sees each record once.
 - Layout: ``DIR/topic=<t>/partition=<p>/date=<yyyy-mm-dd>/part-*.parquet``, the date being the UTC day
   of the record timestamp, whatever the session time zone.
+- One set of columns: the first run's ``--include-headers`` choice is kept in
+  ``DIR/.seglogfs-export.json``; a later run that chooses otherwise is refused (its files would lack, or
+  add, the ``headers`` column, and a plain ``spark.read.parquet(DIR)`` would drop it). An archive
+  without that file takes the choice from its Parquet files.
 - One run at a time: ``DIR/.seglogfs-export.lock`` (flock, dropped by the kernel when the holder dies).
   The driver JVM of a killed run outlives its Python process for a moment; its pid is kept in
   ``DIR/.seglogfs-export.jvm`` and the next run waits for it to be gone before touching ``DIR``.
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
 
 LOCK_FILE = ".seglogfs-export.lock"
 JVM_PID_FILE = ".seglogfs-export.jvm"
+#: the archive's settings that every run must share (``{"includeHeaders": true}``)
+SETTINGS_FILE = ".seglogfs-export.json"
 CHECKPOINT_DIR = "_checkpoint"
 SINK_LOG_DIR = "_spark_metadata"
 PARTITION_COLUMNS = ("topic", "partition", "date")
@@ -103,7 +109,7 @@ def jvm_pid(sc: object) -> int:
 def check_output_is_ours(output: Path) -> None:
     """Refuse an output that holds something other than an incremental export's own files."""
     checkpoint = output / CHECKPOINT_DIR
-    ours = {LOCK_FILE, JVM_PID_FILE}
+    ours = {LOCK_FILE, JVM_PID_FILE, SETTINGS_FILE}
     others = sorted(p.name for p in output.iterdir() if p.name not in ours)
     if others and not checkpoint.is_dir():
         raise ExportError(
@@ -128,6 +134,41 @@ def check_output_is_ours(output: Path) -> None:
             f"{checkpoint} lost its offsets: resuming would skip or repeat records; export into a new "
             "directory"
         )
+
+
+def _headers_in_files(output: Path) -> bool | None:
+    """Whether the archive's Parquet files have a ``headers`` column (None: no file yet)."""
+    import pyarrow.parquet as pq
+
+    for top in sorted(output.iterdir()):
+        if top.name.startswith(("_", ".")) or not top.is_dir():
+            continue
+        for path in sorted(top.rglob("part-*.parquet")):
+            return "headers" in pq.read_schema(path).names
+    return None
+
+
+def check_same_columns(output: Path, include_headers: bool) -> None:
+    """Refuse a run whose ``--include-headers`` differs from the archive's first run (recorded in
+    :data:`SETTINGS_FILE`, or seen in its files); record the choice when nothing holds it yet."""
+    settings = output / SETTINGS_FILE
+    try:
+        recorded = bool(json.loads(settings.read_text())["includeHeaders"])
+    except FileNotFoundError:
+        recorded = _headers_in_files(output)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"--output {output}: {settings} is unreadable ({exc}); restore it") from None
+    if recorded is not None and recorded != include_headers:
+        started = "with" if recorded else "without"
+        raise ExportError(
+            f"--include-headers: the archive {output} was started {started} it, and every run of an "
+            f"archive must write the same columns (else a Parquet reader drops headers); run {started} "
+            "--include-headers, or export into a new directory"
+        )
+    if not settings.exists():
+        tmp = settings.with_name(settings.name + ".tmp")
+        tmp.write_text(json.dumps({"includeHeaders": include_headers}) + "\n")
+        os.replace(tmp, settings)
 
 
 def committed_files(spark: SparkSession, output: Path, schema: StructType) -> set[Path]:
@@ -318,6 +359,7 @@ def run_incremental_export(args: argparse.Namespace) -> int:
     try:
         wait_for_previous_jvm(output)
         check_output_is_ours(output)
+        check_same_columns(output, bool(args.include_headers))
         spark, owned = make_session(args.master, "seglogfs-export")
         try:
             (output / JVM_PID_FILE).write_text(f"{jvm_pid(spark.sparkContext)}\n")

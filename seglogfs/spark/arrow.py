@@ -9,6 +9,11 @@ The builder gathers the columns of many Kafka batches and builds only the column
   framing, other fields); Arrow's ``take`` of the even elements then copies each slice once, in C++.
 - offsets, timestamps and the timestamp type are numpy concatenations; topic and partition are
   repeated scalars.
+
+Timestamps: a Spark timestamp is int64 microseconds, so a record timestamp (int64 ms) outside
+[:data:`MIN_SPARK_TIMESTAMP_MS`, :data:`MAX_SPARK_TIMESTAMP_MS`] (about years -290,000..294,000) has no
+Spark value. As Spark's Kafka source (whose ms -> us conversion is an exact multiplication that
+throws on overflow), the read fails; the error names the log, the offset and the timestamp.
 """
 
 from __future__ import annotations
@@ -27,6 +32,31 @@ from .schema import ReadColumns
 MAX_FLUSH_BYTES = 1 << 30
 #: the most bytes one ``binary`` column can slice (its offsets are int32)
 MAX_BINARY_BYTES = (1 << 31) - 1
+#: the record timestamps (epoch ms) whose microseconds fit Spark's int64 timestamp
+MAX_SPARK_TIMESTAMP_MS = ((1 << 63) - 1) // 1000
+MIN_SPARK_TIMESTAMP_MS = -((1 << 63) // 1000)
+
+
+class TimestampRangeError(ValueError):
+    """A record timestamp that no Spark timestamp can show (its microseconds overflow int64)."""
+
+
+def check_spark_timestamps(log: str, offsets: np.ndarray, timestamps: np.ndarray) -> None:
+    """Raise TimestampRangeError naming ``log``, the offset and the value of the first timestamp
+    outside what a Spark timestamp holds."""
+    if timestamps.shape[0] == 0:
+        return
+    if timestamps.min() >= MIN_SPARK_TIMESTAMP_MS and timestamps.max() <= MAX_SPARK_TIMESTAMP_MS:
+        return
+    bad = int(
+        np.flatnonzero((timestamps < MIN_SPARK_TIMESTAMP_MS) | (timestamps > MAX_SPARK_TIMESTAMP_MS))[0]
+    )
+    raise TimestampRangeError(
+        f"log {log} offset {int(offsets[bad])}: timestamp {int(timestamps[bad])} ms is outside what a "
+        f"Spark timestamp holds (epoch ms {MIN_SPARK_TIMESTAMP_MS}..{MAX_SPARK_TIMESTAMP_MS}); Spark's "
+        "Kafka source fails on it too. Leave the timestamp column out (.schema(...) without it) to "
+        "read the other columns"
+    )
 
 
 def binary_column(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -74,8 +104,9 @@ class BatchBuilder:
     """Collects the columns of many Kafka batches of one log and emits Spark-shaped RecordBatches
     holding only ``columns`` (all of Spark's Kafka columns by default)."""
 
-    def __init__(self, topic: str, partition: int, columns: ReadColumns) -> None:
+    def __init__(self, topic: str, partition: int, columns: ReadColumns, log: str | None = None) -> None:
         self.topic = topic
+        self.log = log or f"{topic}-{partition}"
         self.partition = partition
         self.columns = columns
         self.schema = self.columns.arrow
@@ -116,6 +147,7 @@ class BatchBuilder:
         if "offset" in wanted:
             parts.offsets.append(columns.offsets)
         if "timestamp" in wanted:
+            check_spark_timestamps(self.log, columns.offsets, columns.timestamps)
             parts.timestamps.append(columns.timestamps)
         if "timestampType" in wanted:
             parts.ts_types.append((n, int(columns.timestamp_type)))

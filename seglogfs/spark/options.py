@@ -347,6 +347,7 @@ class ReadOptions:
 
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    fail_on_no_logs: bool = True
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
@@ -370,6 +371,7 @@ class ReadOptions:
         opts = cls(
             include_headers=parse_bool(lowered, "includeHeaders", False),
             fail_on_data_loss=parse_bool(lowered, "failOnDataLoss", True),
+            fail_on_no_logs=parse_bool(lowered, "failOnNoLogs", True),
             min_partitions=parse_int(lowered, "minPartitions", None, minimum=1),
             max_records_per_partition=parse_int(lowered, "maxRecordsPerPartition", None, minimum=1),
             max_offsets_per_trigger=parse_int(lowered, "maxOffsetsPerTrigger", None, minimum=1),

@@ -32,7 +32,7 @@ import numpy as np
 from seglogfs.checkpoint import read_offset_checkpoint_or_empty
 from seglogfs.errors import CorruptRecordError, TimestampNotFoundError
 from seglogfs.log import Log
-from seglogfs.log_files import LOG_START_OFFSET_CHECKPOINT, find_log_dirs, parse_log_dir_name
+from seglogfs.log_files import LOG_START_OFFSET_CHECKPOINT, find_log_dirs, is_log_dir, parse_log_dir_name
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.segment import LogSegment
 from seglogfs.transaction_index import AbortedTxn
@@ -100,10 +100,19 @@ def readable_end(lg: Log, isolation: Isolation) -> int:
 # ------------------------------------------------------------------------------------- discovery
 
 
-def select_log_dirs(path: str, opts: ReadOptions) -> list[Path]:
+def select_log_dirs(path: str, opts: ReadOptions, *, starting: bool = False) -> list[Path]:
     """The log dirs to read (the engine's :func:`find_log_dirs`), narrowed by the ``logs`` option and
-    then by one of ``subscribe`` (``topics``), ``subscribePattern`` or ``assign``."""
+    then by one of ``subscribe`` (``topics``), ``subscribePattern`` or ``assign``.
+
+    ``starting`` (a batch read, or a stream's first offsets): a path that holds no log at all is an
+    error unless ``failOnNoLogs=false`` (a mistyped path must not read as empty).
+    """
     dirs = find_log_dirs(path)
+    if starting and opts.fail_on_no_logs and not any(is_log_dir(d) for d in dirs):
+        raise OptionError(
+            f"path {path} holds no logs (no directory with a segment file): check the path, or set "
+            "the option failOnNoLogs to false to read it as empty"
+        )
     if opts.logs is not None:
         by_name = {d.name: d for d in dirs}
         missing = [name for name in opts.logs if name not in by_name]
@@ -448,7 +457,7 @@ def plan_batch(
     ``offset_bounds`` (from pushed-down ``offset`` filters) narrows every log's range to ``[lo, hi)``
     after its bounds are resolved; ``ranges`` keeps the resolved, un-narrowed ranges.
     """
-    dirs = select_log_dirs(path, opts)
+    dirs = select_log_dirs(path, opts, starting=True)
     bounds = parse_bounds(options, opts, log_names_by_topic(dirs))
     lo, hi = offset_bounds
     tasks: list[SegmentSlice] = []

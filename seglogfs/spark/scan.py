@@ -151,7 +151,7 @@ def read_slice(
     nothing for ``None``."""
     if task is None:
         return
-    builder = BatchBuilder(task.topic, task.partition, columns)
+    builder = BatchBuilder(task.topic, task.partition, columns, task.log)
     for decoded in iter_slice_columns(task, fail_on_data_loss):
         if not builder.fits(decoded):  # flush first: the joined bytes would pass Arrow's 2 GiB
             batch = builder.flush()

@@ -21,6 +21,8 @@ Read options (all optional but ``path``):
 ``maxRecordsPerPartition``         no task spans more offsets than this (then ``minPartitions``)
 ``failOnDataLoss``                 ``true`` (default): error when wanted records are gone or corrupt;
                                    ``false``: log a warning and skip them
+``failOnNoLogs``                   ``true`` (default): error when the path holds no log at all;
+                                   ``false``: read it as empty
 ``includeHeaders``                 ``true`` adds the ``headers`` column
 (schema)                           ``.schema("offset bigint, value binary")``: any subset of the
                                    Kafka columns, any order, types as Kafka's; only those are built

@@ -104,7 +104,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
 
     def initialOffset(self) -> dict:
-        dirs = select_log_dirs(self.path, self.opts)
+        dirs = select_log_dirs(self.path, self.opts, starting=True)
         bounds = parse_bounds(self.options, self.opts, log_names_by_topic(dirs), streaming=True)
         with open_logs(dirs) as logs:
             return {lg.name: start_offset(lg, self.opts, bounds) for lg in logs}

@@ -1,8 +1,12 @@
 """Writes: ``df.write.format("seglog").mode("append")``.
 
 Columns: ``value`` (binary or string, required), optional ``key`` (binary/string), ``headers``
-(array<struct<key string, value binary|string>>), ``timestamp`` (timestamp; absent or null = now),
-``topic`` (string) and ``partition`` (int). Other columns are ignored.
+(array<struct<key string, value binary|string>>, no null key), ``timestamp`` (timestamp, or epoch ms
+as an integer; absent or null = now), ``topic`` (string) and ``partition`` (integer). Other columns
+are ignored. The types are checked on the driver when the write starts (:func:`check_write_schema`),
+header keys in each task before the batch holding them is staged or appended (so on the direct route
+a job that meets one appends nothing): either failure is one line naming the column, the type it
+needs and the target log.
 
 Target log of a row:
 - ``path`` is a log dir: every row goes to it (``topic`` / ``partition`` columns are ignored);
@@ -34,7 +38,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from seglogfs.log_files import (
     LOG_LOCK_FILE,
@@ -77,6 +93,43 @@ def _log_config_overrides(options: dict[str, str]) -> dict[str, str]:
     }
 
 
+_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
+_BYTES = (BinaryType, StringType)
+
+
+def _is_headers(dtype: DataType) -> bool:
+    element = dtype.elementType if isinstance(dtype, ArrayType) else None
+    if not isinstance(element, StructType) or [f.name for f in element.fields] != ["key", "value"]:
+        return False
+    return isinstance(element["key"].dataType, StringType) and isinstance(element["value"].dataType, _BYTES)
+
+
+#: column -> (whether a Spark type fits it, the types it takes, as an error names them)
+_COLUMN_TYPES = {
+    "value": (lambda t: isinstance(t, _BYTES), "binary or string"),
+    "key": (lambda t: isinstance(t, _BYTES), "binary or string"),
+    "headers": (_is_headers, "array<struct<key:string,value:binary>> (or value string)"),
+    "timestamp": (
+        lambda t: isinstance(t, (TimestampType, TimestampNTZType, *_INTEGERS)),
+        "timestamp (or epoch ms as bigint)",
+    ),
+    "topic": (lambda t: isinstance(t, StringType), "string"),
+    "partition": (lambda t: isinstance(t, _INTEGERS), "int"),
+}
+
+
+def check_write_schema(schema: StructType, target: str) -> None:
+    """Raise OptionError naming the first column of ``schema`` the sink takes whose type it cannot
+    write, the type it needs and ``target`` (the log, or where the logs are)."""
+    for column in schema.fields:
+        rule = _COLUMN_TYPES.get(column.name)
+        if rule is not None and not rule[0](column.dataType):
+            raise OptionError(
+                f"seglog sink ({target}): column {column.name!r} is {column.dataType.simpleString()}, "
+                f"expected {rule[1]}"
+            )
+
+
 class SeglogWriter(DataSourceArrowWriter):
     """Arrow writer; see the module docstring for routes and columns."""
 
@@ -95,8 +148,10 @@ class SeglogWriter(DataSourceArrowWriter):
         else:
             self.data_dir = str(root)
         self.default_topic = options.get("topic")
+        self.topic_column = "topic" in names
         if self.single_log is None and self.default_topic is None and "topic" not in names:
             raise OptionError("seglog sink: writing to a data dir needs a 'topic' column or option")
+        check_write_schema(schema, self._target())
         self.mount = options.get("mount")
         self.mount_write_bytes = parse_int(options, "mountWriteBytes", _MOUNT_WRITE_BYTES, minimum=1)
         self.staging = options.get("stagingdir") or os.path.join(tempfile.gettempdir(), "seglog-staging")
@@ -106,6 +161,14 @@ class SeglogWriter(DataSourceArrowWriter):
             self._check_not_owned()
 
     # ------------------------------------------------------------------ driver-side checks
+
+    def _target(self, log: str | None = None) -> str:
+        """The log(s) written, as errors name them."""
+        if log or self.single_log:
+            return f"log {log or self.single_log} under {self.data_dir}"
+        if self.default_topic and not self.topic_column:
+            return f"log {self.default_topic} under {self.data_dir}"
+        return f"the logs of the topic column under {self.data_dir}"
 
     def _check_not_owned(self) -> None:
         """Refuse direct writes to a log a live daemon owns (probe its flock, then let go)."""
@@ -145,6 +208,25 @@ class SeglogWriter(DataSourceArrowWriter):
             out.append(topic if part is None else f"{topic}-{part}")
         return out
 
+    def _check_header_keys(self, batch: pa.RecordBatch, names: list[str]) -> None:
+        """A null header key cannot be written (Kafka's are strings): fail the task before the batch
+        is staged or appended, naming the log of the first row that has one."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        if "headers" not in batch.schema.names:
+            return
+        headers = batch.column("headers")
+        keys = pc.struct_field(pc.list_flatten(headers), "key")  # null for a null header too
+        if keys.null_count == 0:
+            return
+        first = int(np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(pc.list_parent_indices(headers)[first].as_py())
+        raise OptionError(
+            f"seglog sink ({self._target(names[row])}): column 'headers' holds a header with a null key "
+            "(or a null header); header keys must be non-null strings"
+        )
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         import pyarrow as pa
 
@@ -156,6 +238,7 @@ class SeglogWriter(DataSourceArrowWriter):
                     continue
                 batch = _normalise(batch)
                 names = self._log_names(batch)
+                self._check_header_keys(batch, names)
                 groups: dict[str, list[int]] = {}
                 for i, name in enumerate(names):
                     groups.setdefault(name, []).append(i)

@@ -330,3 +330,34 @@ def test_records_removed_before_a_run_exported_them_fail_it_before_the_query(
     monkeypatch.setattr(jobs, "make_session", real_session)
     assert export(data, out, "--no-fail-on-data-loss") == 0
     assert f"a-0: {500 - log_start} records, offsets {log_start}..499" in capsys.readouterr().out
+
+
+def test_toggling_include_headers_between_runs_is_refused_naming_the_archive_and_the_option(
+    spark, tmp_path, capsys
+) -> None:
+    """Files with and without a headers column in one archive make a plain spark.read.parquet drop
+    it: a run must write the columns the first run chose (kept beside the checkpoint)."""
+    data, out = tmp_path / "data", tmp_path / "archive"
+    make_log(data, "h-0", batches=3, per_batch=10)
+    plain = ["export", str(data), "--output", str(out), "--incremental", "--master", "local[2]"]
+    assert jobs.main(plain) == 0
+    files = sorted(out.rglob("part-*"))
+    with Log.open(data / "h-0") as log:
+        append_records(log, 2, 10)
+    capsys.readouterr()
+    assert export(data, out) == 2  # with --include-headers
+    err = capsys.readouterr().err
+    assert f"--include-headers: the archive {out} was started without it" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert sorted(out.rglob("part-*")) == files
+    assert jobs.main(plain) == 0  # the first run's choice goes on: every record, one set of columns
+    archived = spark.read.parquet(str(out))
+    assert "headers" not in archived.columns
+    assert sorted(r.offset for r in archived.select("offset").collect()) == list(range(50))
+    # The other way round, on an archive that has only its files to tell (no settings file yet).
+    other = tmp_path / "with-headers"
+    assert export(data, other) == 0
+    (other / ".seglogfs-export.json").unlink()
+    capsys.readouterr()
+    assert jobs.main([*plain[:3], str(other), *plain[4:]]) == 2
+    assert f"--include-headers: the archive {other} was started with it" in capsys.readouterr().err
