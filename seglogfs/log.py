@@ -8,6 +8,7 @@ they work on a snapshot of the segment list, and a batch becomes visible only af
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -662,6 +663,20 @@ class Log(SegmentRemoval):
             self._batch_cache.clear()
             if snapshot_failed is not None:
                 raise snapshot_failed
+
+    def abandon(self) -> None:
+        """Close every file without writing anything (no flush, no trim, no snapshot) and release
+        the owner lock: for a log whose directory can no longer be trusted (a create that failed
+        half-way, files removed under a running daemon)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                with contextlib.suppress(OSError):
+                    segment.close(trim=False)
+            self._release()
+            self._batch_cache.clear()
 
     def __enter__(self) -> Log:
         return self

@@ -40,6 +40,7 @@ from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
 from .log_cleaner import CleanResult
+from .log_creation import remove_created_log_dir
 from .log_files import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -259,15 +260,24 @@ class LogManager:
             if config is not None:
                 self.log_configs[name] = config
             fresh = mode is None
-            log_obj = Log.open(
-                directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
-            )
-            if fresh:
-                write_partition_metadata(directory)
-                # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
-                write_leader_epoch_checkpoint(
-                    directory / LEADER_EPOCH_CHECKPOINT, [(0, log_obj.start_offset)]
+            log_obj = None
+            try:
+                log_obj = Log.open(
+                    directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
                 )
+                if fresh:
+                    write_partition_metadata(directory)
+                    # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
+                    write_leader_epoch_checkpoint(
+                        directory / LEADER_EPOCH_CHECKPOINT, [(0, log_obj.start_offset)]
+                    )
+            except BaseException:
+                # EMFILE, ENOSPC... half-way: a log that is not whole must not be found at the next start
+                if log_obj is not None:
+                    log_obj.abandon()
+                if fresh:
+                    remove_created_log_dir(directory)
+                raise
             self._logs[name] = log_obj
             log.info("created log %s", name)
             return log_obj

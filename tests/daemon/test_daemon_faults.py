@@ -143,6 +143,78 @@ def test_read_only_data_dir_logs_the_fault_once_and_the_stop_fails(seglogd, tmp_
     assert logged("cannot shut down cleanly") == 1, err
 
 
+# ---------------------------------------------------------------------------------- a mkdir that fails
+
+
+def _open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _set_soft_nofile(pid: int, limit: int) -> None:
+    subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={limit}:"], check=True)
+
+
+def test_a_mkdir_failing_with_emfile_leaves_no_log_and_no_descriptor(seglogd) -> None:  # noqa: F811
+    """Out of descriptors at each step of a create in turn (the soft limit one higher each time):
+    every mkdir that fails leaves neither a directory nor a descriptor behind; the one that succeeds
+    is a whole log, and the next start serves exactly the logs that were created."""
+    d = seglogd(logs={"a-0": {}})
+    assert d.proc is not None
+    pid, created = d.proc.pid, None
+    for extra in range(40):
+        before = _open_descriptors(pid)
+        name = f"m-{extra}"
+        _set_soft_nofile(pid, before + extra)
+        try:
+            os.mkdir(d / name)
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE, exc
+        else:
+            created = name
+        finally:
+            _set_soft_nofile(pid, 1024)
+        if created:
+            break
+        assert not (d.data_dir / name).exists(), sorted(os.listdir(d.data_dir / name))
+        assert wait_for(lambda n=before: _open_descriptors(pid) <= n), (before, _open_descriptors(pid))
+    assert created is not None and extra > 2  # it failed at several steps before it succeeded
+    assert {"partition.metadata", "00000000000000000000.log"} <= set(os.listdir(d.data_dir / created))
+    subprocess.run(["bash", "-c", f"echo x >> {d / created / 'append'}"], check=True)
+    assert d.stop() == 0
+    d.start()
+    assert sorted(os.listdir(d.mount)) == sorted(["a-0", created])
+    assert (d / created / "records").read_text() == "x\n"
+
+
+def test_a_mkdir_failing_with_enospc_leaves_no_log(seglogd, tmp_path: Path) -> None:  # noqa: F811
+    require_root_mounts("a small tmpfs data dir")
+    data = tmp_path / "tiny"
+    data.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(data)], check=True)
+    try:
+        d = seglogd(data_dir=data, logs={}, defaults={"segment.index.bytes": 65536})
+        created = []
+        for i in range(20):
+            try:
+                os.mkdir(d / f"m-{i}")
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                assert not (data / f"m-{i}").exists(), sorted(os.listdir(data / f"m-{i}"))
+                break
+            created.append(f"m-{i}")
+        else:
+            raise AssertionError("a 256 KiB disk never filled up")
+        assert created
+        assert sorted(os.listdir(d.mount)) == created
+        d.stop()
+        d.start()
+        assert sorted(os.listdir(d.mount)) == created
+        d.cleanup()
+    finally:
+        if subprocess.run(["umount", str(data)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(data)], check=False)
+
+
 # ---------------------------------------------------------------------------------- SIGTERM under load
 
 LINE_WRITER = textwrap.dedent("""
