@@ -89,8 +89,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
         # Existing segments open their .log only when first read or written (1000 segments must not
         # hold 1000 descriptors); the size comes from the directory entry.
+        #: (st_dev, st_ino) of the .log when opened: see :meth:`vanished`
+        self._identity: tuple[int, int] | None = None
         try:
-            self.size = os.stat(self.log_path).st_size
+            st = os.stat(self.log_path)
+            self.size, self._identity = st.st_size, (st.st_dev, st.st_ino)
         except FileNotFoundError:
             if writable:
                 raise
@@ -119,6 +122,28 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                     # fail (FileNotFoundError), not bring back an empty .log.
                     self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         return self._fd_value
+
+    def vanished(self) -> str | None:
+        """Why the file at ``log_path`` is no longer this segment's .log, or None while it is: removed
+        (the directory too), replaced by another file, or cut below the bytes the segment holds.
+        Two cheap calls (a stat of the path, an fstat of the open descriptor), for a writer to make
+        before it acknowledges an append."""
+        try:
+            st = os.stat(self.log_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"{self.log_path} is gone (removed, or its directory was)"
+        if self._fd_value >= 0:
+            own = os.fstat(self._fd_value)
+            if own.st_nlink == 0:
+                return f"{self.log_path} was removed and another file made in its place"
+            identity: tuple[int, int] | None = (own.st_dev, own.st_ino)
+        else:
+            identity = self._identity
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            return f"{self.log_path} is another file than the one written (replaced, or its directory was)"
+        if st.st_size < self.size:
+            return f"{self.log_path} was cut to {st.st_size} bytes while it holds {self.size}"
+        return None
 
     def hold_open(self) -> None:
         """Open the .log now rather than at the first read: the segment then reads the same file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,62 @@ def test_read_only_data_dir_logs_the_fault_once_and_the_stop_fails(seglogd, tmp_
     assert logged("maintenance (retention, flush.ms, checkpoints) failed") == 1, err
     assert logged("maintenance of log a-0 failed") <= 1, err
     assert logged("cannot shut down cleanly") == 1, err
+
+
+# ---------------------------------------------------------------------------------- files removed under it
+
+
+def _offline_reason(d, name: str) -> str:  # type: ignore[no-untyped-def]
+    data = info(d.mount, name)
+    return data["reason"] if data.get("offline") else ""
+
+
+def test_a_log_dir_removed_or_replaced_under_the_daemon_goes_offline_and_acknowledges_nothing(
+    seglogd  # noqa: F811
+) -> None:
+    """An operator's ``rm -rf`` or ``mv`` of a log dir under the running daemon: the next append (or
+    fsync, or maintenance round for an idle log) finds the files gone, the log goes offline (its
+    ``info`` and the daemon log say why), and no append is acknowledged that the next start would
+    not find. The other logs serve on."""
+    logs = {name: {} for name in ("rm-0", "mv-0", "sync-0", "idle-0", "ok-0")}
+    d = seglogd(logs=logs, defaults={"segment.bytes": "1KiB"})
+    for name in logs:
+        subprocess.run(["bash", "-c", f"echo first >> {d / name / 'append'}"], check=True)
+    fd = os.open(d / "sync-0" / "append", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"written before the rm\n")
+        shutil.rmtree(d.data_dir / "sync-0")
+        with pytest.raises(OSError) as exc:
+            os.fsync(fd)  # not on disk where the next start looks
+        assert exc.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    shutil.rmtree(d.data_dir / "rm-0")
+    (d.data_dir / "mv-0").rename(d.data_dir / "mv-0.bak")
+    shutil.copytree(d.data_dir / "mv-0.bak", d.data_dir / "mv-0")  # a copy put in its place
+    for name in ("rm-0", "mv-0"):
+        for i in range(3):
+            result = subprocess.run(["bash", "-c", f"echo acked-{i} >> {d / name / 'append'}"],
+                                    capture_output=True, text=True, check=False)
+            assert result.returncode != 0 and "Input/output error" in result.stderr, result
+    assert "gone" in _offline_reason(d, "rm-0") and "another file" in _offline_reason(d, "mv-0")
+    shutil.rmtree(d.data_dir / "idle-0")
+    assert wait_for(lambda: "gone" in _offline_reason(d, "idle-0"), 5)  # the maintenance round
+    for name in ("rm-0", "mv-0", "sync-0", "idle-0"):
+        assert f"log {name} is offline" in d.stderr()
+        with pytest.raises(OSError) as exc:
+            (d / name / "records").read_bytes()
+        assert exc.value.errno == errno.EIO
+    subprocess.run(["bash", "-c", f"echo second >> {d / 'ok-0' / 'append'}"], check=True)
+    assert d.stop() != 0  # not a clean shutdown: no marker, every log recovered at the next start
+    assert "Traceback" not in d.stderr(), d.stderr()
+    assert not (d.data_dir / ".kafka_cleanshutdown").exists()
+    d.start()
+    assert (d / "ok-0" / "records").read_text() == "first\nsecond\n"
+    assert (d / "mv-0" / "records").read_text() == "first\n"  # the copy put in its place
+    for name in ("rm-0", "sync-0", "idle-0"):  # created again (the config's logs): nothing acked is missing
+        assert (d / name / "records").read_text() == ""
+    assert d.stop() == 0
 
 
 # ---------------------------------------------------------------------------------- a mkdir that fails
