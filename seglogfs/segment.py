@@ -35,7 +35,9 @@ from .segment_recovery import SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
 from .transaction_index import TransactionIndex
 
-__all__ = ["Damage", "LogSegment", "next_offset_of_file", "pread_header", "random_roll_jitter"]
+__all__ = [
+    "Damage", "LogSegment", "next_offset_of_file", "pread_header", "pread_within", "random_roll_jitter",
+]
 
 _READ_CHUNK = 4 * 1024 * 1024
 _UIDS = itertools.count(1)
@@ -311,8 +313,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     # ------------------------------------------------------------------ reading
 
     def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes of the .log at ``position``."""
-        return os.pread(self._fd, size, position)
+        """Up to ``size`` bytes of the .log at ``position`` (CorruptRecordError when the file
+        ends before the segment's size: cut under the process)."""
+        return pread_within(self._fd, size, position, self.size, self.log_path)
 
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
@@ -379,7 +382,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         """:meth:`iter_batches` without resync: a batch running past ``end`` is a torn tail, or
         CorruptRecordError when ``tail_is_damage``."""
         while position < end:
-            chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
+            chunk = pread_within(fd, min(_READ_CHUNK, end - position), position, end, self.log_path)
             consumed = 0
             for header in iter_batch_headers(
                 chunk, 0, len(chunk), path=self.log_path, base_position=position
@@ -396,7 +399,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                             "a batch runs past the end of the sealed segment", self.log_path, position
                         )
                     return
-                data = os.pread(fd, header.size, position)
+                data = pread_within(fd, header.size, position, end, self.log_path)
                 yield header, data
                 consumed = header.size
             position += consumed
@@ -468,13 +471,27 @@ def pread_header(fd: int, position: int, end: int, path: Path) -> BatchHeader | 
     ends by ``end`` (a torn tail). One small read: the batch body is not touched."""
     if position + HEADER_SIZE_UP_TO_MAGIC > end:
         return None
-    head = os.pread(fd, V2_HEADER_SIZE, position)
+    head = pread_within(fd, V2_HEADER_SIZE, position, end, path)
     # Parse just the header; whether the whole batch fits is checked against ``end`` below.
     padded = head + b"\0" * (V2_HEADER_SIZE - len(head))
     header = read_batch_header(padded, 0, _NO_LIMIT, path=path, base_position=position)
     if header is None or position + header.size > end:
         return None
     return header
+
+
+def pread_within(fd: int, size: int, position: int, known_size: int, path: Path | str) -> bytes:
+    """``os.pread`` of up to ``size`` bytes of a .log whose size is known to be ``known_size``: a read
+    that comes back shorter than that size allows is damage (the file was cut under the reader),
+    CorruptRecordError naming the file and where it now ends."""
+    data = os.pread(fd, size, position)
+    if len(data) < size and len(data) < known_size - position:
+        ends = position + len(data)
+        raise CorruptRecordError(
+            f"the file ends at position {ends}, before the {known_size} bytes it held (cut while open)",
+            path, ends,
+        )
+    return data
 
 
 def next_offset_of_file(path: Path, base_offset: int) -> int:
