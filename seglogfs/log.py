@@ -394,7 +394,10 @@ class Log(SegmentRemoval):
         with self._lock:
             if self.read_only or self._closed or self._offline_reason is not None:
                 return self._offline_reason
-            reason = self._segments[-1].vanished()
+            try:
+                reason = self._segments[-1].vanished()
+            except OSError as exc:  # EACCES, EIO...: nothing can vouch for the files
+                reason = f"its files cannot be checked: {exc}"
             if reason is not None:
                 self._go_offline(reason)
             return reason
@@ -402,12 +405,7 @@ class Log(SegmentRemoval):
     def _require_files(self, cause: BaseException | None = None) -> None:
         """LogOfflineError when :meth:`check_files` finds the files vanished (``cause``: the error that
         made the caller look, chained)."""
-        try:
-            reason = self.check_files()
-        except OSError:
-            if cause is None:
-                raise
-            return  # the caller re-raises ``cause``
+        reason = self.check_files()
         if reason is not None:
             raise LogOfflineError(f"log {self.name} is offline: {reason}") from cause
 
