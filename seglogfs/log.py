@@ -454,6 +454,10 @@ class Log(SegmentRemoval):
         total, newest = sum(len(batch) for batch, _ in batches), max(i.max_timestamp for i in infos)
         try:
             segment = self._maybe_roll(total, newest, infos[-1].last_offset, now_ms)
+            cut = segment.cut_short()  # a write past a cut end would leave a hole of zeros before it
+            if cut is not None:
+                self._go_offline(cut)
+                raise LogOfflineError(f"log {self.name} is offline: {cut}")
             segment.append_batches(placed)
         except OSError as exc:  # ENOENT at a roll: maybe the directory is gone
             self._require_files(exc)

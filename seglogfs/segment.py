@@ -147,6 +147,14 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             return f"{self.log_path} was cut to {st.st_size} bytes while it holds {self.size}"
         return None
 
+    def cut_short(self) -> str | None:
+        """Why the .log is shorter than the bytes the segment holds (cut under the process), or None:
+        a writer's look before it writes at the end (one fstat)."""
+        size = os.fstat(self._fd).st_size
+        if size < self.size:
+            return f"{self.log_path} was cut to {size} bytes while it holds {self.size}"
+        return None
+
     def hold_open(self) -> None:
         """Open the .log now rather than at the first read: the segment then reads the same file
         whatever renames follow (a reader's view of a ``.swap`` its owner is about to install).
