@@ -259,6 +259,7 @@ class LogManager:
         """
         validate_log_name(name)
         with self._lock:
+            self._retire_offline()
             existing = self._logs.get(name)
             if existing is not None:
                 return existing
