@@ -147,6 +147,14 @@ def test_read_only_data_dir_logs_the_fault_once_and_the_stop_fails(seglogd, tmp_
 # ---------------------------------------------------------------------------------- files removed under it
 
 
+def _stat_errno(path: Path) -> int:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno or 0
+    return 0
+
+
 def _offline_reason(d, name: str) -> str:  # type: ignore[no-untyped-def]
     data = info(d.mount, name)
     return data["reason"] if data.get("offline") else ""
@@ -163,6 +171,7 @@ def test_a_log_dir_removed_or_replaced_under_the_daemon_goes_offline_and_acknowl
     d = seglogd(logs=logs, defaults={"segment.bytes": "1KiB"})
     for name in logs:
         subprocess.run(["bash", "-c", f"echo first >> {d / name / 'append'}"], check=True)
+        os.stat(d / name / "records")  # the kernel keeps this answer until told otherwise
     fd = os.open(d / "sync-0" / "append", os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, b"written before the rm\n")
@@ -185,6 +194,7 @@ def test_a_log_dir_removed_or_replaced_under_the_daemon_goes_offline_and_acknowl
     assert wait_for(lambda: "gone" in _offline_reason(d, "idle-0"), 5)  # the maintenance round
     for name in ("rm-0", "mv-0", "sync-0", "idle-0"):
         assert f"log {name} is offline" in d.stderr()
+        assert wait_for(lambda n=name: _stat_errno(d / n / "records") == errno.EIO, 5), name
         with pytest.raises(OSError) as exc:
             (d / name / "records").read_bytes()
         assert exc.value.errno == errno.EIO
