@@ -72,6 +72,11 @@ class ReadOnlyLogError(SeglogError):
     """A write to a log opened read-only."""
 
 
+class LogOfflineError(SeglogError):
+    """A log that went offline while open: its directory or active segment vanished or was replaced
+    under the process (the message says which), so nothing more can be appended or flushed to it."""
+
+
 class ConfigError(SeglogError, ValueError):
     """An invalid configuration value; the message names the key, the value and the reason."""
 

@@ -8,6 +8,7 @@ they work on a snapshot of the segment list, and a batch becomes visible only af
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -27,6 +28,7 @@ from .config import LogConfig
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
+    LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -106,6 +108,9 @@ class Log(SegmentRemoval):
         self._batch_cache = BatchCache()
         self._transactions = LogTransactions(self.dir, read_only=read_only)
         self._closed = False
+        self._offline_reason: str | None = None
+        #: called (under the log's lock) when the log goes offline; the LogManager's hook
+        self.on_offline: Callable[[Log], None] | None = None
 
     # ================================================================== opening
 
@@ -195,6 +200,11 @@ class Log(SegmentRemoval):
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self._closed
+
+    @property
+    def offline_reason(self) -> str | None:
+        """Why the log went offline while open (its files vanished under it), else None."""
+        return self._offline_reason
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -388,8 +398,43 @@ class Log(SegmentRemoval):
     def _check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyLogError(f"log {self.name} is open read-only")
+        if self._offline_reason is not None:
+            raise LogOfflineError(f"log {self.name} is offline: {self._offline_reason}")
         if self._closed:
             raise ReadOnlyLogError(f"log {self.name} is closed")
+
+    # ================================================================== its files on disk
+
+    def check_files(self) -> str | None:
+        """Whether the log's files are still where the next start will look for them: its active
+        segment's .log at its path (so its directory too), the file written, not cut short. When not,
+        the log goes offline (logged, ``on_offline`` called) and the reason is returned."""
+        with self._lock:
+            if self.read_only or self._closed or self._offline_reason is not None:
+                return self._offline_reason
+            try:
+                reason = self._segments[-1].vanished()
+            except OSError as exc:  # EACCES, EIO...: nothing can vouch for the files
+                reason = f"its files cannot be checked: {exc}"
+            if reason is not None:
+                self._go_offline(reason)
+            return reason
+
+    def _require_files(self, cause: BaseException | None = None) -> None:
+        """LogOfflineError when :meth:`check_files` finds the files vanished (``cause``: the error that
+        made the caller look, chained)."""
+        reason = self.check_files()
+        if reason is not None:
+            raise LogOfflineError(f"log {self.name} is offline: {reason}") from cause
+
+    def _go_offline(self, reason: str) -> None:
+        self._offline_reason = reason
+        log.error(
+            "log %s is offline: %s; nothing more is appended to it, and what was appended since is not "
+            "acknowledged (restart once its directory is restored)", self.name, reason,
+        )
+        if self.on_offline is not None:
+            self.on_offline(self)
 
     def max_value_bytes(self) -> int:
         """The largest value ``append``, ``append.raw`` and :meth:`append_values` can take as a record of
@@ -418,16 +463,26 @@ class Log(SegmentRemoval):
                     f"batch of {len(batch)} bytes for log {self.name} exceeds max.message.bytes="
                     f"{self.config.max_message_bytes}"
                 )
-        infos, first = [], self._next_offset
+        infos, placed, first = [], [], self._next_offset
         for batch, count in batches:
             max_ts = batch_max_timestamp(batch)
             infos.append(AppendInfo(first, first + count - 1, max_ts))
+            placed.append((batch, first + count - 1, max_ts))
             first += count
-        total = sum(len(batch) for batch, _ in batches)
-        segment = self._maybe_roll(total, max(i.max_timestamp for i in infos), infos[-1].last_offset, now_ms)
-        placed = zip(batches, infos, strict=True)
-        segment.append_batches([(batch, info.last_offset, info.max_timestamp) for (batch, _), info in placed])
+        total, newest = sum(len(batch) for batch, _ in batches), max(i.max_timestamp for i in infos)
+        try:
+            segment = self._maybe_roll(total, newest, infos[-1].last_offset, now_ms)
+            cut = segment.cut_short()  # a write past a cut end would leave a hole of zeros before it
+            if cut is not None:
+                self._go_offline(cut)
+                raise LogOfflineError(f"log {self.name} is offline: {cut}")
+            segment.append_batches(placed)
+        except OSError as exc:  # ENOENT at a roll: maybe the directory is gone
+            self._require_files(exc)
+            raise
         self._dirty.add(segment)
+        # Before acknowledging: in the file the next start will find (not one removed or replaced).
+        self._require_files()
         self._next_offset = first
         self._unflushed_messages += sum(count for _, count in batches)
         if self._unflushed_messages >= self.config.flush_messages:
@@ -455,6 +510,7 @@ class Log(SegmentRemoval):
         """Seal the active segment (final time entry, trimmed indexes); start a new one at the end offset."""
         with self._lock:
             self._check_writable()
+            self._require_files()  # never new files in a directory that replaced the log's
             active = self._segments[-1]
             if active.size == 0 and active.base_offset == self._next_offset:
                 # Its indexes may have stayed small when the disk was full at load: grow them now.
@@ -480,18 +536,26 @@ class Log(SegmentRemoval):
     # ================================================================== flushing
 
     def flush(self) -> None:
-        """fsync everything appended so far; the recovery point moves to the end offset."""
+        """fsync everything appended so far; the recovery point moves to the end offset.
+        LogOfflineError when the log's files vanished (nothing would be found at the next start)."""
         with self._lock:
+            if self._offline_reason is not None:
+                self._check_writable()
             if not self.read_only and not self._closed:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
-        for segment in list(self._dirty):
-            segment.flush()
-        self._dirty.clear()
-        if self._segment_created:
-            fsync_dir(self.dir)
-            self._segment_created = False
+        try:
+            for segment in list(self._dirty):
+                segment.flush()
+            self._dirty.clear()
+            if self._segment_created:
+                fsync_dir(self.dir)
+                self._segment_created = False
+        except OSError as exc:  # ENOENT from the directory's fsync: maybe it is gone
+            self._require_files(exc)
+            raise
+        self._require_files()  # on disk, and where the next start will look
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms(self._clock)
         self.recovery_point = self._next_offset
@@ -680,6 +744,20 @@ class Log(SegmentRemoval):
             self._batch_cache.clear()
             if snapshot_failed is not None:
                 raise snapshot_failed
+
+    def abandon(self) -> None:
+        """Close every file without writing anything (no flush, no trim, no snapshot) and release
+        the owner lock: for a log whose directory can no longer be trusted (a create that failed
+        half-way, files removed under a running daemon)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                with contextlib.suppress(OSError):
+                    segment.close(trim=False)
+            self._release()
+            self._batch_cache.clear()
 
     def __enter__(self) -> Log:
         return self

@@ -87,21 +87,31 @@ class LogLoader:
             # Retention may have removed a segment since the listing: a reader leaves it out.
             segments = [s for s in self._read_only_segments() if s.size or s.log_path.exists()]
         else:
-            segments = [self._new_segment(base) for base in segment_base_offsets(self.dir)]
-            first_to_recover = len(segments) if clean_shutdown else _first_unflushed(segments, recovery_point)
-            for segment in segments[:first_to_recover]:
-                self._check_indexes(segment)
-                if segment is not segments[-1]:
-                    segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
-            if first_to_recover < len(segments):
-                self._recover_segments(segments, first_to_recover)
-        if not segments:
-            segments = [self._new_segment(max(log_start_offset, 0))]
-        link_segments(segments)
-        active = segments[-1]
-        next_offset = self._active_segment_end(segments)
-        if not self.read_only:
-            self._grow_active_indexes(active)
+            segments = []
+        try:
+            if not self.read_only:
+                for base in segment_base_offsets(self.dir):
+                    segments.append(self._new_segment(base))
+                first_to_recover = len(segments)
+                if not clean_shutdown:
+                    first_to_recover = _first_unflushed(segments, recovery_point)
+                for segment in segments[:first_to_recover]:
+                    self._check_indexes(segment)
+                    if segment is not segments[-1]:
+                        segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
+                if first_to_recover < len(segments):
+                    self._recover_segments(segments, first_to_recover)
+            if not segments:
+                segments = [self._new_segment(max(log_start_offset, 0))]
+            link_segments(segments)
+            active = segments[-1]
+            next_offset = self._active_segment_end(segments)
+            if not self.read_only:
+                self._grow_active_indexes(active)
+        except BaseException:
+            for segment in segments:  # a failed load (EMFILE, ENOSPC...) keeps no descriptor
+                segment.close(trim=False)
+            raise
         next_offset = max(next_offset, active.base_offset)
         start_offset = min(max(log_start_offset, segments[0].base_offset), next_offset)
         return LoadedLog(segments, next_offset, start_offset, next_offset, self._recovered_from)

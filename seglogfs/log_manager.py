@@ -9,7 +9,11 @@ directory opens here. It owns the log cleaner (:mod:`seglogfs.cleaner_manager`),
 A writer locks the data dir (``.lock``, as a broker does) besides each log dir. Loading follows no
 symlink, and one log's damage stops nothing: a log that cannot be opened, or whose topic-partition
 another directory also claims (``c`` and ``c-0``), is *offline* (see :attr:`LogManager.offline`): left
-untouched on disk, its checkpoint lines carried over unchanged, while every other log serves.
+untouched on disk, its checkpoint lines carried over unchanged, while every other log serves. A log
+whose files vanish while it is open (its directory removed or replaced: :meth:`Log.check_files`, at each
+append and each maintenance round) goes offline too: its checkpoint lines are dropped (the next start
+recovers whatever is then there from its start) and the close that follows writes no clean-shutdown
+marker.
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ from .checkpoint import (
 from .cleaner_config import CleanerConfig
 from .cleaner_manager import LogCleaner
 from .config import LogConfig
-from .errors import CloseError, InvalidLogNameError, ReadOnlyLogError, SeglogError
+from .errors import CloseError, InvalidLogNameError, LogOfflineError, ReadOnlyLogError, SeglogError
 from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
 from .log_cleaner import CleanResult
+from .log_creation import remove_created_log_dir
 from .log_files import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -84,6 +89,10 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[str, Log] = {}
         self._offline: dict[str, str] = {}
+        # Logs that went offline while open: reported by their hook (under the log's lock, so without
+        # taking ours), moved out of _logs by _retire_offline; kept open until close() abandons them.
+        self._going_offline: list[Log] = []
+        self._gone_offline: dict[str, Log] = {}
         # The checkpoint lines of offline logs, written back unchanged by every checkpoint().
         self._kept_checkpoints: dict[str, dict[tuple[str, int], int]] = {name: {} for name in _CHECKPOINTS}
         self._loaded_clean = False
@@ -126,7 +135,7 @@ class LogManager:
                     continue
                 key = parse_log_dir_name(name)
                 try:
-                    self._logs[name] = Log.open(
+                    self._logs[name] = self._watched(Log.open(
                         self.data_dir / name,
                         self.config_for(name),
                         read_only=self.read_only,
@@ -134,7 +143,7 @@ class LogManager:
                         recovery_point=checkpoints[RECOVERY_POINT_CHECKPOINT].get(key, 0),
                         log_start_offset=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(key, 0),
                         clock=self._clock,
-                    )
+                    ))
                 except Exception as exc:  # one log's damage must not stop the others
                     expected = isinstance(exc, (SeglogError, OSError))
                     log.debug("opening log %s failed", name, exc_info=not expected)
@@ -189,6 +198,23 @@ class LogManager:
         self._offline[name] = reason
         log.error("log %s is offline: %s", name, reason)
 
+    def _watched(self, log_obj: Log) -> Log:
+        """``log_obj``, reporting to this manager when it goes offline."""
+        log_obj.on_offline = self._going_offline.append  # atomic: no lock taken under the log's
+        return log_obj
+
+    def _retire_offline(self) -> None:
+        """Move the logs that went offline while open from the served ones to the offline ones."""
+        if not self._going_offline:
+            return
+        with self._lock:
+            while self._going_offline:
+                log_obj = self._going_offline.pop()
+                if self._logs.get(log_obj.name) is log_obj:
+                    del self._logs[log_obj.name]
+                    self._gone_offline[log_obj.name] = log_obj
+                    self._offline[log_obj.name] = f"went offline while open: {log_obj.offline_reason}"
+
     def _release_dir_lock(self) -> None:
         if self._dir_lock is not None:
             self._dir_lock.release()
@@ -207,16 +233,21 @@ class LogManager:
     @property
     def logs(self) -> dict[str, Log]:
         """The open logs by directory name (a snapshot)."""
+        self._retire_offline()
         return dict(self._logs)
 
     @property
     def offline(self) -> dict[str, str]:
-        """The logs found at load that are not served, by directory name, each with the reason
-        (a snapshot). Their files are left as they are; a restart tries them again."""
+        """The logs that are not served, by directory name, each with the reason (a snapshot): found
+        so at load, or gone offline while open. Their files are left as they are; a restart tries them
+        again."""
+        self._retire_offline()
         return dict(self._offline)
 
     def get(self, name: str) -> Log:
-        """The log named ``name`` (KeyError when there is none)."""
+        """The log named ``name`` (KeyError when there is none, or when it is offline)."""
+        if self._going_offline:
+            self._retire_offline()
         return self._logs[name]
 
     def create_log(self, name: str, config: LogConfig | None = None) -> Log:
@@ -228,6 +259,7 @@ class LogManager:
         """
         validate_log_name(name)
         with self._lock:
+            self._retire_offline()
             existing = self._logs.get(name)
             if existing is not None:
                 return existing
@@ -259,16 +291,25 @@ class LogManager:
             if config is not None:
                 self.log_configs[name] = config
             fresh = mode is None
-            log_obj = Log.open(
-                directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
-            )
-            if fresh:
-                write_partition_metadata(directory)
-                # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
-                write_leader_epoch_checkpoint(
-                    directory / LEADER_EPOCH_CHECKPOINT, [(0, log_obj.start_offset)]
+            log_obj = None
+            try:
+                log_obj = Log.open(
+                    directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
                 )
-            self._logs[name] = log_obj
+                if fresh:
+                    write_partition_metadata(directory)
+                    # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
+                    write_leader_epoch_checkpoint(
+                        directory / LEADER_EPOCH_CHECKPOINT, [(0, log_obj.start_offset)]
+                    )
+            except BaseException:
+                # EMFILE, ENOSPC... half-way: a log that is not whole must not be found at the next start
+                if log_obj is not None:
+                    log_obj.abandon()
+                if fresh:
+                    remove_created_log_dir(directory)
+                raise
+            self._logs[name] = self._watched(log_obj)
             log.info("created log %s", name)
             return log_obj
 
@@ -303,7 +344,8 @@ class LogManager:
     # ------------------------------------------------------------------ periodic work
 
     def maintain(self, now_ms: int | None = None) -> None:
-        """Retention and ``flush.ms`` for every log, then fresh checkpoints. Call it periodically."""
+        """For every log: whether its files are still there (else it goes offline), retention and
+        ``flush.ms``; then fresh checkpoints. Call it periodically."""
         if self.read_only or self._closed:
             return
         for log_obj in list(self._logs.values()):
@@ -311,12 +353,15 @@ class LogManager:
                 log_obj.name, PersistentFault(f"maintenance of log {log_obj.name}", log)
             )
             try:
+                if log_obj.check_files() is not None:
+                    continue  # offline: its directory is no longer the one it was opened in
                 log_obj.delete_old_segments(now_ms)
                 log_obj.maybe_flush(now_ms)
             except Exception as exc:  # one bad log must not stop the others' retention
                 fault.failed(exc)  # a full or read-only disk: once, not every round
             else:
                 fault.succeeded()
+        self._retire_offline()
         self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -372,6 +417,10 @@ class LogManager:
             self._closed = True
             failures: dict[str, BaseException] = {}
             try:
+                self._retire_offline()
+                for name, log_obj in self._gone_offline.items():
+                    log_obj.abandon()  # nothing written into a directory that may be another's now
+                    failures[name] = LogOfflineError(self._offline[name])
                 for name, log_obj in self._logs.items():
                     try:
                         log_obj.close()

@@ -37,6 +37,7 @@ class SegmentRemoval:
     _segments: list[LogSegment]
     _start_offset: int
     _closed: bool
+    _offline_reason: str | None
     _dirty: set[LogSegment]
     _pending_deletes: list[tuple[int, LogSegment, list[Path]]]
     _batch_cache: BatchCache
@@ -96,11 +97,13 @@ class SegmentRemoval:
         """Swap in the cleaned segment at ``base_offset`` (its ``.cleaned`` files written and fsync'd)
         for the consecutive segments ``old`` (:mod:`seglogfs.segment_swap`); readers see either list.
         None, with nothing changed, when ``old`` is no longer part of the log (retention deleted some
-        of them meanwhile) or the log is closed: the caller discards the ``.cleaned`` files."""
+        of them meanwhile) or the log is closed or offline: the caller discards the ``.cleaned`` files."""
         with self._lock:
             current = self._segments
             at = next((i for i, s in enumerate(current) if s is old[0]), None)
-            if self._closed or at is None or any(a is not b for a, b in zip(current[at:], old, strict=False)):
+            if self._closed or self._offline_reason is not None:
+                return None
+            if at is None or any(a is not b for a, b in zip(current[at:], old, strict=False)):
                 return None
             if at + len(old) >= len(current):
                 return None  # never the active segment

@@ -35,7 +35,9 @@ from .segment_recovery import SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
 from .transaction_index import TransactionIndex
 
-__all__ = ["Damage", "LogSegment", "next_offset_of_file", "pread_header", "random_roll_jitter"]
+__all__ = [
+    "Damage", "LogSegment", "next_offset_of_file", "pread_header", "pread_within", "random_roll_jitter",
+]
 
 _READ_CHUNK = 4 * 1024 * 1024
 _UIDS = itertools.count(1)
@@ -89,8 +91,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
         # Existing segments open their .log only when first read or written (1000 segments must not
         # hold 1000 descriptors); the size comes from the directory entry.
+        #: (st_dev, st_ino) of the .log when opened: see :meth:`vanished`
+        self._identity: tuple[int, int] | None = None
         try:
-            self.size = os.stat(self.log_path).st_size
+            st = os.stat(self.log_path)
+            self.size, self._identity = st.st_size, (st.st_dev, st.st_ino)
         except FileNotFoundError:
             if writable:
                 raise
@@ -119,6 +124,36 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                     # fail (FileNotFoundError), not bring back an empty .log.
                     self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         return self._fd_value
+
+    def vanished(self) -> str | None:
+        """Why the file at ``log_path`` is no longer this segment's .log, or None while it is: removed
+        (the directory too), replaced by another file, or cut below the bytes the segment holds.
+        Two cheap calls (a stat of the path, an fstat of the open descriptor), for a writer to make
+        before it acknowledges an append."""
+        try:
+            st = os.stat(self.log_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"{self.log_path} is gone (removed, or its directory was)"
+        if self._fd_value >= 0:
+            own = os.fstat(self._fd_value)
+            if own.st_nlink == 0:
+                return f"{self.log_path} was removed and another file made in its place"
+            identity: tuple[int, int] | None = (own.st_dev, own.st_ino)
+        else:
+            identity = self._identity
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            return f"{self.log_path} is another file than the one written (replaced, or its directory was)"
+        if st.st_size < self.size:
+            return f"{self.log_path} was cut to {st.st_size} bytes while it holds {self.size}"
+        return None
+
+    def cut_short(self) -> str | None:
+        """Why the .log is shorter than the bytes the segment holds (cut under the process), or None:
+        a writer's look before it writes at the end (one fstat)."""
+        size = os.fstat(self._fd).st_size
+        if size < self.size:
+            return f"{self.log_path} was cut to {size} bytes while it holds {self.size}"
+        return None
 
     def hold_open(self) -> None:
         """Open the .log now rather than at the first read: the segment then reads the same file
@@ -286,8 +321,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     # ------------------------------------------------------------------ reading
 
     def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes of the .log at ``position``."""
-        return os.pread(self._fd, size, position)
+        """Up to ``size`` bytes of the .log at ``position`` (CorruptRecordError when the file
+        ends before the segment's size: cut under the process)."""
+        return pread_within(self._fd, size, position, self.size, self.log_path)
 
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
@@ -354,7 +390,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         """:meth:`iter_batches` without resync: a batch running past ``end`` is a torn tail, or
         CorruptRecordError when ``tail_is_damage``."""
         while position < end:
-            chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
+            chunk = pread_within(fd, min(_READ_CHUNK, end - position), position, end, self.log_path)
             consumed = 0
             for header in iter_batch_headers(
                 chunk, 0, len(chunk), path=self.log_path, base_position=position
@@ -371,7 +407,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                             "a batch runs past the end of the sealed segment", self.log_path, position
                         )
                     return
-                data = os.pread(fd, header.size, position)
+                data = pread_within(fd, header.size, position, end, self.log_path)
                 yield header, data
                 consumed = header.size
             position += consumed
@@ -443,13 +479,27 @@ def pread_header(fd: int, position: int, end: int, path: Path) -> BatchHeader | 
     ends by ``end`` (a torn tail). One small read: the batch body is not touched."""
     if position + HEADER_SIZE_UP_TO_MAGIC > end:
         return None
-    head = os.pread(fd, V2_HEADER_SIZE, position)
+    head = pread_within(fd, V2_HEADER_SIZE, position, end, path)
     # Parse just the header; whether the whole batch fits is checked against ``end`` below.
     padded = head + b"\0" * (V2_HEADER_SIZE - len(head))
     header = read_batch_header(padded, 0, _NO_LIMIT, path=path, base_position=position)
     if header is None or position + header.size > end:
         return None
     return header
+
+
+def pread_within(fd: int, size: int, position: int, known_size: int, path: Path | str) -> bytes:
+    """``os.pread`` of up to ``size`` bytes of a .log whose size is known to be ``known_size``: a read
+    that comes back shorter than that size allows is damage (the file was cut under the reader),
+    CorruptRecordError naming the file and where it now ends."""
+    data = os.pread(fd, size, position)
+    if len(data) < size and len(data) < known_size - position:
+        ends = position + len(data)
+        raise CorruptRecordError(
+            f"the file ends at position {ends}, before the {known_size} bytes it held (cut while open)",
+            path, ends,
+        )
+    return data
 
 
 def next_offset_of_file(path: Path, base_offset: int) -> int:

@@ -319,7 +319,10 @@ class SegmentSurvey:
         if header is None:
             return None, "a batch runs past the end of the segment"
         try:
-            validate_batch(os.pread(self._fd, header.size, position), header.at(0), path=self.log_path)
+            data = os.pread(self._fd, header.size, position)
+            if len(data) < header.size:
+                return None, f"the file ends at position {position + len(data)} (cut while open)"
+            validate_batch(data, header.at(0), path=self.log_path)
         except CorruptRecordError as exc:
             return None, str(exc).split(" in ", 1)[0]
         return header, ""
@@ -328,11 +331,14 @@ class SegmentSurvey:
         """The position of the next intact v2 batch at or after ``position`` (``end`` when none):
         a header that parses, a CRC that matches, and a successor that is intact too."""
         while position < end:
-            chunk = os.pread(self._fd, min(_READ_CHUNK, end - position), position)
+            wanted = min(_READ_CHUNK, end - position)
+            chunk = os.pread(self._fd, wanted, position)
             magic = np.frombuffer(chunk, dtype=np.uint8)[MAGIC_OFFSET:]
             for candidate in np.flatnonzero(magic == 2).tolist():
                 if self._plausible_batch_at(position + candidate, end):
                     return position + candidate
+            if len(chunk) < wanted:
+                return end  # the file was cut short under us: nothing intact lies beyond
             position += max(len(chunk) - MAGIC_OFFSET, 1)
         return end
 

@@ -35,3 +35,9 @@ def remember_sealed_total(segment: LogSegment, fmt: str, total: SealedTotal) -> 
     """Record what a whole scan of the sealed ``segment`` found."""
     with _LOCK:
         _TOTALS.setdefault(segment, {})[fmt] = total
+
+
+def forget_sealed_totals(segment: LogSegment) -> None:
+    """Forget what scans of ``segment`` found (it was damaged since)."""
+    with _LOCK:
+        _TOTALS.pop(segment, None)

@@ -48,10 +48,10 @@ from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log_segments import segment_index_for
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
-from seglogfs.segment import Damage, LogSegment
+from seglogfs.segment import Damage, LogSegment, pread_within
 from seglogfs.stream_format import VALUES, StreamFormat
 from seglogfs.stream_reader import StreamReader
-from seglogfs.stream_totals import SealedTotal, remember_sealed_total, sealed_total
+from seglogfs.stream_totals import SealedTotal, forget_sealed_totals, remember_sealed_total, sealed_total
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
@@ -373,6 +373,8 @@ class ValueStream:
                 first_position=seg.first_position,
             )
             self._scan(fresh, report=False)  # its damage was logged by the first scan
+            if fresh.nbytes != seg.nbytes:  # damaged since: _read_at counts it again
+                raise CorruptRecordError("batches counted before are unreadable", seg.segment.log_path)
             seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
         if seg.complete:
             self._remember_table(seg)
@@ -385,7 +387,7 @@ class ValueStream:
             return cached[2]
         fd = self._open(seg)
         try:
-            buf = os.pread(fd, seg.sizes[i], position)
+            buf = pread_within(fd, seg.sizes[i], position, position + seg.sizes[i], seg.segment.log_path)
         finally:
             os.close(fd)
         header = read_batch_header(buf, 0, path=seg.segment.log_path)
@@ -420,10 +422,39 @@ class ValueStream:
                     break  # what was read before is whole: the rest is the next read's business
                 self._forget_through(seg)
                 raise
+            except CorruptRecordError:
+                if out:
+                    break  # as above: the next read meets the damage at a batch's first byte
+                if not self._recount(seg, position - seg_start):
+                    raise
+                return self._read_at(position, size)
             if wanted <= 0:
                 break
             seg_start = seg_end
         return b"".join(out)
+
+    def _recount(self, seg: _Segment, rel: int) -> bool:
+        """Count ``seg`` again, as a first scan does (its damage logged with the offsets lost), once a
+        batch it counted turned out unreadable (its file cut or damaged under the daemon); the stream's
+        later bytes move down. Not while another reader is open (its positions would move under it)
+        nor for a read that begins inside a batch (its line would be torn). True when the count changed."""
+        if self._readers > 1 or (seg.starts is not None and rel not in seg.starts):
+            return False
+        fresh = _Segment(
+            seg.segment, sealed=seg.sealed, dropped=seg.dropped, min_offset=seg.min_offset,
+            first_position=seg.first_position,
+        )
+        forget_sealed_totals(seg.segment)  # counted before the damage
+        self._scan(fresh)
+        if fresh.nbytes == seg.nbytes:
+            return False
+        if seg.base_offset in self._with_table:
+            self._table_entries += len(fresh.positions or ()) - len(seg.positions or ())
+        seg.nbytes, seg.scanned, seg.next_offset = fresh.nbytes, fresh.scanned, fresh.next_offset
+        seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
+        self._cached = None
+        self.rebases += 1  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
+        return True
 
     # ------------------------------------------------------------------ public
     @property

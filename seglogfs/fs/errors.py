@@ -22,6 +22,7 @@ from seglogfs.errors import (
     InvalidLogNameError,
     InvalidRecordError,
     LogLockedError,
+    LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -42,6 +43,8 @@ ERRNO_OF: tuple[tuple[type[BaseException], int], ...] = (
     # a batch that fails its CRC or an index that cannot be trusted: the data is there but unreadable
     (CorruptRecordError, errno.EIO),
     (CorruptIndexError, errno.EIO),
+    # its files vanished under the daemon: logged once, when the log went offline
+    (LogOfflineError, errno.EIO),
     (LogLockedError, errno.EBUSY),
 )
 
@@ -67,7 +70,7 @@ def errno_for(exc: BaseException, op: str = "?", path: str = "?") -> int:
         if isinstance(exc, cls):
             if isinstance(exc, CorruptRecordError):
                 _report_corruption(exc, op, path)
-            elif code == errno.EIO:
+            elif code == errno.EIO and not isinstance(exc, LogOfflineError):
                 log.error("%s %s: %s", op, path, exc)
             return code
     log.exception("unexpected error in %s %s; returning EIO", op, path)

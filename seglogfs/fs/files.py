@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -242,16 +243,34 @@ class TimeLink(ReadOnlyFile):
 
 
 class InfoFile(ReadOnlyFile):
-    """``info``: the log's offsets, segments and config as JSON (for an offline log: why it is)."""
+    """``info``: the log's offsets, segments and config as JSON (for an offline log: why it is).
 
-    __slots__ = ()
+    Its times are those of the last change of its content seen by a getattr (the first one seen: the
+    mount's start), so that a backup (``tar``) finds it unchanged while the log is idle."""
+
+    __slots__ = ("_changed",)
     grows = True
+
+    def __init__(self, ctx: MountContext) -> None:
+        super().__init__(ctx)
+        #: log name -> (digest of the content last shown, when it was first shown)
+        self._changed: dict[str, tuple[bytes, int]] = {}
 
     def getattr(self, node: Node) -> dict[str, int]:
         data = self.ctx.offline_info(node.log)
         if data is None:
             data = self._info(self.ctx.log(node))
-        return self.ctx.attrs(self.ctx.file_mode, len(data), time.time_ns())
+        return self.ctx.attrs(self.ctx.file_mode, len(data), self._changed_at(node.log or "", data))
+
+    def _changed_at(self, name: str, data: bytes) -> int:
+        """When ``name``'s info last changed to ``data`` (now, for content not seen before)."""
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        seen = self._changed.get(name)
+        if seen is not None and seen[0] == digest:
+            return seen[1]
+        changed = self.ctx.started_ns if seen is None else max(time.time_ns(), seen[1] + 1)
+        self._changed[name] = (digest, changed)
+        return changed
 
     def open(self, node: Node, fi: fuse_file_info) -> OpenFile:
         offline = self.ctx.offline_info(node.log)

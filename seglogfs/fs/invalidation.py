@@ -310,7 +310,8 @@ class Notifier:
                 same_log = old is not None and (old.log_uid, old.isolation) == (lg.uid, state.isolation)
                 done += self._log_changed(name, lg, old if same_log else None, state)
                 self._states[name] = state
-        for name in self._states.keys() - logs.keys():
+        for name in self._states.keys() - logs.keys():  # gone offline: every path of it is EIO now
+            done += self._paths([f"/{name}", f"/{name}/info", *self.notes.take(name).growing])
             del self._states[name]
             self._again.pop(name, None)
         return done

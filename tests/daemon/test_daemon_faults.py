@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,144 @@ def test_read_only_data_dir_logs_the_fault_once_and_the_stop_fails(seglogd, tmp_
     assert logged("maintenance (retention, flush.ms, checkpoints) failed") == 1, err
     assert logged("maintenance of log a-0 failed") <= 1, err
     assert logged("cannot shut down cleanly") == 1, err
+
+
+# ---------------------------------------------------------------------------------- files removed under it
+
+
+def _stat_errno(path: Path) -> int:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno or 0
+    return 0
+
+
+def _offline_reason(d, name: str) -> str:  # type: ignore[no-untyped-def]
+    data = info(d.mount, name)
+    return data["reason"] if data.get("offline") else ""
+
+
+def test_a_log_dir_removed_or_replaced_under_the_daemon_goes_offline_and_acknowledges_nothing(
+    seglogd  # noqa: F811
+) -> None:
+    """An operator's ``rm -rf`` or ``mv`` of a log dir under the running daemon: the next append (or
+    fsync, or maintenance round for an idle log) finds the files gone, the log goes offline (its
+    ``info`` and the daemon log say why), and no append is acknowledged that the next start would
+    not find. The other logs serve on."""
+    logs = {name: {} for name in ("rm-0", "mv-0", "sync-0", "idle-0", "ok-0")}
+    d = seglogd(logs=logs, defaults={"segment.bytes": "1KiB"})
+    for name in logs:
+        subprocess.run(["bash", "-c", f"echo first >> {d / name / 'append'}"], check=True)
+        os.stat(d / name / "records")  # the kernel keeps this answer until told otherwise
+    fd = os.open(d / "sync-0" / "append", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"written before the rm\n")
+        shutil.rmtree(d.data_dir / "sync-0")
+        with pytest.raises(OSError) as exc:
+            os.fsync(fd)  # not on disk where the next start looks
+        assert exc.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    shutil.rmtree(d.data_dir / "rm-0")
+    (d.data_dir / "mv-0").rename(d.data_dir / "mv-0.bak")
+    shutil.copytree(d.data_dir / "mv-0.bak", d.data_dir / "mv-0")  # a copy put in its place
+    for name in ("rm-0", "mv-0"):
+        for i in range(3):
+            result = subprocess.run(["bash", "-c", f"echo acked-{i} >> {d / name / 'append'}"],
+                                    capture_output=True, text=True, check=False)
+            assert result.returncode != 0 and "Input/output error" in result.stderr, result
+    assert "gone" in _offline_reason(d, "rm-0") and "another file" in _offline_reason(d, "mv-0")
+    shutil.rmtree(d.data_dir / "idle-0")
+    assert wait_for(lambda: "gone" in _offline_reason(d, "idle-0"), 5)  # the maintenance round
+    for name in ("rm-0", "mv-0", "sync-0", "idle-0"):
+        assert f"log {name} is offline" in d.stderr()
+        assert wait_for(lambda n=name: _stat_errno(d / n / "records") == errno.EIO, 5), name
+        with pytest.raises(OSError) as exc:
+            (d / name / "records").read_bytes()
+        assert exc.value.errno == errno.EIO
+    subprocess.run(["bash", "-c", f"echo second >> {d / 'ok-0' / 'append'}"], check=True)
+    assert d.stop() != 0  # not a clean shutdown: no marker, every log recovered at the next start
+    assert "Traceback" not in d.stderr(), d.stderr()
+    assert not (d.data_dir / ".kafka_cleanshutdown").exists()
+    d.start()
+    assert (d / "ok-0" / "records").read_text() == "first\nsecond\n"
+    assert (d / "mv-0" / "records").read_text() == "first\n"  # the copy put in its place
+    for name in ("rm-0", "sync-0", "idle-0"):  # created again (the config's logs): nothing acked is missing
+        assert (d / name / "records").read_text() == ""
+    assert d.stop() == 0
+
+
+# ---------------------------------------------------------------------------------- a mkdir that fails
+
+
+def _open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _set_soft_nofile(pid: int, limit: int) -> None:
+    subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={limit}:"], check=True)
+
+
+def test_a_mkdir_failing_with_emfile_leaves_no_log_and_no_descriptor(seglogd) -> None:  # noqa: F811
+    """Out of descriptors at each step of a create in turn (the soft limit one higher each time):
+    every mkdir that fails leaves neither a directory nor a descriptor behind; the one that succeeds
+    is a whole log, and the next start serves exactly the logs that were created."""
+    d = seglogd(logs={"a-0": {}})
+    assert d.proc is not None
+    pid, created = d.proc.pid, None
+    for extra in range(40):
+        before = _open_descriptors(pid)
+        name = f"m-{extra}"
+        _set_soft_nofile(pid, before + extra)
+        try:
+            os.mkdir(d / name)
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE, exc
+        else:
+            created = name
+        finally:
+            _set_soft_nofile(pid, 1024)
+        if created:
+            break
+        assert not (d.data_dir / name).exists(), sorted(os.listdir(d.data_dir / name))
+        assert wait_for(lambda n=before: _open_descriptors(pid) <= n), (before, _open_descriptors(pid))
+    assert created is not None and extra > 2  # it failed at several steps before it succeeded
+    assert {"partition.metadata", "00000000000000000000.log"} <= set(os.listdir(d.data_dir / created))
+    subprocess.run(["bash", "-c", f"echo x >> {d / created / 'append'}"], check=True)
+    assert d.stop() == 0
+    d.start()
+    assert sorted(os.listdir(d.mount)) == sorted(["a-0", created])
+    assert (d / created / "records").read_text() == "x\n"
+
+
+def test_a_mkdir_failing_with_enospc_leaves_no_log(seglogd, tmp_path: Path) -> None:  # noqa: F811
+    require_root_mounts("a small tmpfs data dir")
+    data = tmp_path / "tiny"
+    data.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(data)], check=True)
+    try:
+        d = seglogd(data_dir=data, logs={}, defaults={"segment.index.bytes": 65536})
+        created = []
+        for i in range(20):
+            try:
+                os.mkdir(d / f"m-{i}")
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                assert not (data / f"m-{i}").exists(), sorted(os.listdir(data / f"m-{i}"))
+                break
+            created.append(f"m-{i}")
+        else:
+            raise AssertionError("a 256 KiB disk never filled up")
+        assert created
+        assert sorted(os.listdir(d.mount)) == created
+        d.stop()
+        d.start()
+        assert sorted(os.listdir(d.mount)) == created
+        d.cleanup()
+    finally:
+        if subprocess.run(["umount", str(data)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(data)], check=False)
 
 
 # ---------------------------------------------------------------------------------- SIGTERM under load

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from support.mount_fixture import fuse_required, seglogd  # noqa: F401  (fixture)
 
 from seglogfs.config import LogConfig
+from seglogfs.errors import CloseError, LogOfflineError
 from seglogfs.log_manager import LogManager
 
 FIRST_LOG = "00000000000000000000.log"
@@ -154,6 +156,54 @@ def test_offline_logs_keep_their_checkpoint_lines_and_no_unclean_marker(tmp_path
     assert "bad 0 40" in lines and "good 0 40" in lines
     # bad-0 was never recovered: the marker must not vouch for it.
     assert not (data / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.parametrize("how", ["rm -r", "mv and copy back", "truncate"])
+def test_a_log_whose_files_vanish_while_open_goes_offline_and_the_close_is_unclean(
+    tmp_path: Path, how: str
+) -> None:
+    """The engine side of an operator's mistake under a running process: the next append raises
+    LogOfflineError with nothing acknowledged, the manager serves the log no more (its checkpoint
+    lines dropped: the next load recovers whatever is there), and close() says so, without a marker."""
+    data = tmp_path / "data"
+    make_data(data, "gone-0", "good-0")
+    manager = LogManager(data)
+    gone = manager.get("gone-0")
+    if how == "rm -r":
+        shutil.rmtree(data / "gone-0")
+    elif how == "mv and copy back":
+        (data / "gone-0").rename(tmp_path / "moved")
+        shutil.copytree(tmp_path / "moved", data / "gone-0")
+    else:
+        os.truncate(data / "gone-0" / FIRST_LOG, 10)
+    end = gone.end_offset
+    with pytest.raises(LogOfflineError):
+        gone.append_values([b"not acknowledged"])
+    assert gone.end_offset == end
+    with pytest.raises(LogOfflineError):
+        gone.flush()
+    assert "went offline while open" in manager.offline["gone-0"]
+    with pytest.raises(KeyError):
+        manager.get("gone-0")
+    manager.get("good-0").append_values([b"more"])
+    manager.maintain()
+    lines = (data / "recovery-point-offset-checkpoint").read_text().splitlines()
+    assert not any(line.startswith("gone ") for line in lines), lines
+    with pytest.raises(CloseError) as closed:
+        manager.close()
+    assert list(closed.value.failures) == ["gone-0"]
+    assert not (data / ".kafka_cleanshutdown").exists()
+    with LogManager(data) as again:
+        assert again.get("good-0").end_offset == len(VALUES) + 1
+
+
+def test_an_idle_log_whose_dir_is_removed_goes_offline_at_the_next_maintenance(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_data(data, "idle-0", "good-0")
+    with pytest.raises(CloseError), LogManager(data) as manager:
+        shutil.rmtree(data / "idle-0")
+        manager.maintain()
+        assert "is gone" in manager.offline["idle-0"] and list(manager.logs) == ["good-0"]
 
 
 # ---------------------------------------------------------------------------- one owner per data dir

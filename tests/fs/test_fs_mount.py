@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
-from support.mount_fixture import Seglogd, end_offset, fuse_required, make_seglogd, sh, wait_end
+from support.mount_fixture import (
+    Seglogd,
+    end_offset,
+    fuse_required,
+    make_seglogd,
+    seglogd,  # noqa: F401  (fixture)
+    sh,
+    wait_end,
+)
 from support.mount_fixture import log_info as info
 
 pytestmark = [pytest.mark.fuse, fuse_required]
@@ -189,6 +197,23 @@ def test_info_and_ls(mnt: Seglogd) -> None:
     assert data["config"]["segment.bytes"] == 1 << 20
     found = sh(f"find {mnt.mount} -name '*.log'").stdout.split()
     assert any(p.endswith("events-0/segments/00000000000000000000.log") for p in found)
+
+
+def test_tar_of_an_idle_mount_succeeds_and_info_mtime_moves_with_its_content(seglogd) -> None:  # noqa: F811
+    """``info``'s times change only with its content: a backup of an idle mount finds no file changed
+    as it read it (the append files are write-only: no one can read them, tar included)."""
+    d = seglogd(logs={"a-0": {}, "b-0": {}})
+    sh(f"echo x >> {d.mount}/a-0/append", check=True)
+    tar = sh(f"tar cf - --exclude='append*' -C {d.mount} . | cat > /dev/null; exit ${{PIPESTATUS[0]}}")
+    assert tar.returncode == 0, tar.stderr
+    before = os.stat(d / "a-0" / "info").st_mtime_ns
+    sh(f"echo y >> {d.mount}/a-0/append", check=True)
+    deadline = time.monotonic() + 5  # the notifier invalidates the cached attributes
+    while os.stat(d / "a-0" / "info").st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = os.stat(d / "a-0" / "info")
+    assert after.st_mtime_ns > before and after.st_ctime_ns == after.st_mtime_ns
+    assert os.stat(d / "b-0" / "info").st_mtime_ns <= before  # its content did not change
 
 
 def test_records_size_is_honest_and_tail_f_follows(mnt: Seglogd) -> None:

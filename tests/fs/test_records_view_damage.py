@@ -9,6 +9,7 @@ the batches after it.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import subprocess
@@ -152,3 +153,45 @@ def test_cat_records_skips_only_the_damaged_batches(tmp_path: Path, plan: list[t
         where = f"{path}: position {position}:"
         named = [line for line in stderr.splitlines() if "records" in line and where in line]
         assert len(named) == 1, f"{path} position {position}: {named}\n{stderr}"
+
+
+@fuse_required
+def test_a_segment_cut_under_the_running_daemon_costs_only_its_lost_records(tmp_path: Path) -> None:
+    """Sealed segments truncated while the daemon serves them, after `records` counted them: each
+    read finds the lost batches as a restart would (only their records gone, one log line naming the
+    file, the position and the offsets), with large reads (`cat`) and 64-byte ones (`dd`);
+    `by-offset/<n>` of a lost record is EIO; no exception becomes an errno."""
+    data_dir = tmp_path / "data"
+    end = build(data_dir)
+    segments = segment_batches(data_dir)
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, defaults={"segment.bytes": 6000}, logs={LOG: {}})
+    records = daemon / LOG / "records"
+    lost: set[int] = set()
+    cuts: list[tuple[Path, int]] = []
+    try:
+        daemon.start()
+        assert records.read_bytes() == b"".join(value_of(o) + b"\n" for o in range(end))
+        for k, reader in ((2, ["dd", f"if={records}", "bs=64", "status=none"]), (4, ["cat", str(records)])):
+            path, headers = segments[k]
+            cut = headers[len(headers) // 2]
+            os.truncate(path, cut.position + 10)  # the batch there and every one after it are lost
+            lost.update(range(cut.base_offset, headers[-1].last_offset + 1))
+            cuts.append((path, cut.position))
+            expected = b"".join(value_of(o) + b"\n" for o in range(end) if o not in lost)
+            for attempt in range(2):
+                got = subprocess.run(reader, capture_output=True, timeout=60, check=False)
+                assert got.returncode == 0, f"{reader[0]} #{attempt}: {got.stderr!r}"
+                assert got.stdout == expected, f"{reader[0]} #{attempt}: {len(got.stdout.splitlines())} lines"
+            with pytest.raises(OSError) as exc:
+                (daemon / LOG / "by-offset" / str(cut.base_offset + 1)).read_bytes()
+            assert exc.value.errno == errno.EIO
+        assert daemon.stop() == 0
+        daemon.start()  # the same damage found at start: the same records
+        assert records.read_bytes() == expected
+    finally:
+        daemon.cleanup()
+    stderr = daemon.stderr_path.with_name("seglogd-1.stderr").read_text()  # type: ignore[union-attr]
+    assert "Traceback" not in stderr, stderr
+    for path, position in cuts:
+        named = [line for line in stderr.splitlines() if f"records: {path}: position {position}:" in line]
+        assert len(named) == 1 and "offsets" in named[0], f"{path} position {position}: {named}\n{stderr}"
