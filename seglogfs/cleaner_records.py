@@ -14,9 +14,9 @@ transaction keeps none, a transaction marker keeps its record until it may go
   transaction), else the first kept record's timestamp; maxTimestamp is the kept records' largest
   (LogAppendTime: the original);
 - when no record survives: dropped, except a batch that must stay as an empty header (no records,
-  Kafka's ``RETAIN_EMPTY``): its producer's last batch (with its producer fields), and the last batch
-  of each source segment (so that a cleaned segment ends at the same offset as the segments it
-  replaces; without producer fields when it is no producer's last).
+  Kafka's ``RETAIN_EMPTY``, producer fields kept): its producer's last batch, and the last batch of
+  each source segment (so that a cleaned segment ends at the same offset as the segments it
+  replaces).
 
 Legacy (v0/v1) batches are copied untouched (see ``seglogfs.log_cleaner``). Their records may be older
 versions of a tombstone's key that the cleaner never removes: a tombstone after such a batch stays past
@@ -327,7 +327,7 @@ def filter_window(
                 kept = rebuilt.records_count
             out.append(rebuilt)
         else:
-            out.append(_empty_header(header, producer=bool(fate.retain_empty[i])))
+            out.append(_empty_header(header))
         stats.records_kept += kept
         stats.batches_kept += 1
     return out
@@ -526,25 +526,16 @@ def _rebuilt(
     return CleanedBatch(_with_crc(head, records), header.last_offset, max_timestamp, len(rows))
 
 
-def _empty_header(header: BatchHeader, *, producer: bool = True) -> CleanedBatch:
-    """Kafka's writeEmptyHeader: the batch's offsets and producer fields with no records. Without
-    ``producer``: no producer fields, no transaction or control bit (a batch that only holds the
-    segment's last offset must not count as a producer's batch nor open a transaction)."""
-    attributes = header.attributes & (_KEEP_FLAGS if producer else 0x08)
+def _empty_header(header: BatchHeader) -> CleanedBatch:
+    """Kafka's writeEmptyHeader: the batch's offsets and producer fields with no records."""
+    attributes = header.attributes & _KEEP_FLAGS
     ts = header.max_timestamp
-    head = _header(header, 0, attributes, ts, ts, 0, producer=producer)
+    head = _header(header, 0, attributes, ts, ts, 0)
     return CleanedBatch(_with_crc(head, b""), header.last_offset, ts)
 
 
 def _header(
-    header: BatchHeader,
-    records_size: int,
-    attributes: int,
-    base_ts: int,
-    max_ts: int,
-    count: int,
-    *,
-    producer: bool = True,
+    header: BatchHeader, records_size: int, attributes: int, base_ts: int, max_ts: int, count: int
 ) -> bytearray:
     out = bytearray(V2_HEADER_SIZE)
     _HEADER.pack_into(
@@ -559,9 +550,9 @@ def _header(
         header.last_offset - header.base_offset,
         base_ts,
         max_ts,
-        header.producer_id if producer else -1,
-        header.producer_epoch if producer else -1,
-        header.base_sequence if producer else -1,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
         count,
     )
     return out

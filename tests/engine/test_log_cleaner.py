@@ -25,6 +25,7 @@ from support.cleaner_helpers import (
 from support.engine_helpers import ManualClock
 from support.producer_batches import control_batch
 from support.record_batches import raw_legacy
+from support.transactions import Scenario
 
 from seglogfs import segment_swap
 from seglogfs.cleaner_config import CleanerConfig
@@ -298,6 +299,61 @@ def test_a_committed_transactional_record_is_deduplicated_and_its_batch_kept_for
     emptied = next(h for h in headers if h.base_offset == 1)
     assert (emptied.records_count, emptied.producer_id, emptied.is_transactional) == (0, 42, True)
     assert any(h.is_control and h.base_offset == 2 for h in headers)
+    assert_verifies(log_dir)
+
+
+def test_aborted_records_go_and_markers_go_past_their_horizon_once_their_transaction_is_empty(
+    tmp_path: Path,
+) -> None:
+    """A broker's log: an aborted transaction's records go at the first clean (its batch, its
+    producer's last, stays empty, with its ABORT marker and .txnindex entry); a committed transaction
+    whose record was superseded keeps its COMMIT marker while its batch is left, then the marker gets
+    a delete horizon, then goes; the marker of an empty transaction that is its producer's last batch
+    stays (as an empty header)."""
+    log_dir = tmp_path / "t-0"
+    model = (
+        Scenario()
+        .send(7, [b"1"], keys=[b"a"])
+        .commit(7)
+        .send_plain([b"2"], keys=[b"a"])
+        .send(8, [b"1"], keys=[b"b"])
+        .abort(8)
+        .commit(9)
+        .send(7, [b"1"], keys=[b"c"])
+        .commit(7)
+        .roll()
+        .send_plain([b"s"], keys=[b"sentinel"])
+        .write(log_dir)
+    )
+    assert model.aborted == [(8, 3, 4, 5)]
+    clock = ManualClock(1_700_000_000_000)
+    expected = [(2, b"a", b"2"), (6, b"c", b"1"), (8, b"sentinel", b"s")]
+    markers, horizons = [], []
+    with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
+        lg = manager.get("t-0")
+        for n in range(3):
+            clean_all(manager)
+            headers = [h for path in sorted(log_dir.glob("*.log")) for h in _headers(path)]
+            markers.append({h.base_offset: h.records_count for h in headers if h.is_control})
+            horizons.append({h.base_offset for h in headers if h.is_control and h.has_delete_horizon})
+            for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
+                records = [(r.offset, r.key, r.value) for r in lg.iter_records(isolation=isolation)]
+                assert records[: len(expected)] == expected
+            clock.advance(10_001)
+            lg.append([ProducerRecord(key=b"sentinel", value=b"s%d" % n)])
+            lg.roll()
+            expected[-1] = (lg.end_offset - 1, b"sentinel", b"s%d" % n)
+        assert lg.aborted_transactions(0, lg.end_offset)[0].producer_id == 8
+        assert lg.last_stable_offset == lg.end_offset
+        assert kafka_python_records(log_dir)[:2] == expected[:2]
+    # The COMMIT at 1 saw its batch in the first clean; then it gets a horizon; past it, it goes. The
+    # empty transaction's COMMIT at 5 gets one at once; past it, it stays emptied (pid 9's last batch).
+    assert markers[0] == {1: 1, 4: 1, 5: 1, 7: 1}
+    assert markers[1] == {1: 1, 4: 1, 5: 0, 7: 1}
+    assert markers[2] == {4: 1, 5: 0, 7: 1}
+    assert horizons[:2] == [{5}, {1}]
+    emptied = next(h for h in _headers(log_dir / "00000000000000000000.log") if h.base_offset == 3)
+    assert (emptied.records_count, emptied.producer_id) == (0, 8)
     assert_verifies(log_dir)
 
 
