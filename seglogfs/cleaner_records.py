@@ -1,25 +1,26 @@
 """What the log cleaner does to record batches: Kafka's ``MemoryRecords.filterTo`` with the
 cleaner's record filter (docs/kafka-format.md section 6), a window of batches at a time, with numpy.
 
-A v2 batch of user records (not transactional, not control) keeps a record when it has a key, no
-later offset of that key is in the offset map, and it has a value or is a tombstone still inside its
-delete horizon. The surviving batch is then:
+A v2 batch of user records keeps a record when it has a key, no later offset of that key is in the
+offset map, and it has a value or is a tombstone still inside its delete horizon; a batch of an aborted
+transaction keeps none, a transaction marker keeps its record until it may go
+(:mod:`seglogfs.cleaner_transactions`). The surviving batch is then:
 
 - the original bytes, when every record survives and no horizon must be set;
 - rebuilt, Kafka's way: same baseOffset, lastOffsetDelta (so the batch's last offset, and the log end,
   never move), partitionLeaderEpoch, attributes, producer fields and codec; baseTimestamp is the
   delete horizon when the batch has one (set now on the first clean of a batch holding a tombstone:
-  attribute bit 0x40, horizon = now + ``delete.retention.ms``), else the first kept record's
-  timestamp; maxTimestamp is the kept records' largest (LogAppendTime: the original);
+  attribute bit 0x40, horizon = now + ``delete.retention.ms``; likewise for the marker of an empty
+  transaction), else the first kept record's timestamp; maxTimestamp is the kept records' largest
+  (LogAppendTime: the original);
 - when no record survives: dropped, except a batch that must stay as an empty header (no records,
-  Kafka's ``RETAIN_EMPTY``): the last batch of each source segment (so that a cleaned segment ends
-  at the same offset as the segments it replaces) and any batch of an idempotent producer
-  (producerId >= 0: Kafka keeps a producer's last batch; we keep them all, which is never wrong).
+  Kafka's ``RETAIN_EMPTY``, producer fields kept): its producer's last batch, and the last batch of
+  each source segment (so that a cleaned segment ends at the same offset as the segments it
+  replaces).
 
-Legacy (v0/v1), transactional and control batches are copied untouched (see
-``seglogfs.log_cleaner``). Their user records may be older versions of a tombstone's key that the
-cleaner never removes: a tombstone after such a batch stays past its delete horizon (dropping it would
-bring the untouched record back as the key's latest).
+Legacy (v0/v1) batches are copied untouched (see ``seglogfs.log_cleaner``). Their records may be older
+versions of a tombstone's key that the cleaner never removes: a tombstone after such a batch stays past
+its delete horizon (dropping it would bring the untouched record back as the key's latest).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 from crc32c import crc32c
 
+from .cleaner_transactions import CleanerTransactions
 from .compression import Compression, compress
 from .errors import CorruptRecordError
 from .offset_map import OffsetMap
+from .producer_state import end_txn_marker
 from .records import V2_HEADER_SIZE, BatchHeader, TimestampType, _scan, records_area, validate_batch
 from .records.scan import (
     END,
@@ -50,10 +53,12 @@ from .records.scan import (
 )
 
 __all__ = [
+    "BatchFates",
     "CleanedBatch",
     "FilterStats",
     "Window",
     "WindowLimits",
+    "batch_fates",
     "compactable",
     "filter_window",
     "make_window",
@@ -69,14 +74,13 @@ _DELETE_HORIZON = 0x40
 _KEEP_FLAGS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control: what an empty header keeps
 _CODEC = 0x07
 _LONG_MAX = 2**63 - 1  # a delete horizon saturates here (delete.retention.ms may be Long.MAX_VALUE)
-_NOT_COMPACTABLE = 0x10 | 0x20  # transactional, control
 # Base offsets records_area accepts without a check of its own (2**31 from either end of int64).
 _PLAIN_BASE_OFFSETS = (-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31))
 
 
 def compactable(header: BatchHeader) -> bool:
-    """Whether the cleaner filters this batch's records (v2 user records outside transactions)."""
-    return header.magic >= 2 and not header.is_control and not header.is_transactional
+    """Whether the cleaner filters this batch's records (every v2 batch; legacy ones are untouched)."""
+    return header.magic >= 2
 
 
 @dataclass(slots=True)
@@ -89,7 +93,7 @@ class FilterStats:
     batches_kept: int = 0
     #: batches written otherwise than read (records dropped, a delete horizon set, emptied)
     batches_rewritten: int = 0
-    #: a batch that may hold user records the cleaner leaves untouched (transactional, legacy) was
+    #: a batch that may hold user records the cleaner leaves untouched (legacy) was
     #: read, in this clean's recopy so far: every tombstone after it stays past its delete horizon
     untouched_records: bool = False
 
@@ -108,7 +112,7 @@ class CleanedBatch:
 class Window:
     """Consecutive batches of one segment read with one read: ``chunk`` holds them from file position
     ``position`` on, followed by 8 spare bytes (the digests read keys a word at a time). ``areas``:
-    each compactable batch's records (decompressed when compressed), None for the others."""
+    each compactable batch's records (decompressed when compressed), None for the others (legacy)."""
 
     chunk: bytearray
     position: int
@@ -178,7 +182,7 @@ def make_window(
                 validate_batch(view, header.at(local), path=path)  # type: ignore[arg-type]
             except CorruptRecordError as exc:
                 raise exc.at(path, position) from None  # type: ignore[arg-type]
-        if legacy or attributes & _NOT_COMPACTABLE:
+        if legacy:
             areas.append(None)
             continue
         if attributes & _CODEC or not _PLAIN_BASE_OFFSETS[0] <= header.base_offset <= _PLAIN_BASE_OFFSETS[1]:
@@ -285,15 +289,18 @@ def filter_window(
     stats: FilterStats,
     path: object,
     max_batch_bytes: int = 2**31 - 1,
+    txns: CleanerTransactions | None = None,
 ) -> list[CleanedBatch]:
-    """The window's batches as the cleaner writes them (see the module docstring), in order. The
-    last batch of a window that ends its segment is kept, if only as an empty header. No rebuilt
-    batch is larger than both ``max_batch_bytes`` (max.message.bytes) and its source (see
+    """The window's batches as the cleaner writes them (see the module docstring), in order; ``txns``
+    is the pass's transaction state (None: every batch is outside transactions and no producer's
+    last). The last batch of a window that ends its segment is kept, if only as an empty header. No
+    rebuilt batch is larger than both ``max_batch_bytes`` (max.message.bytes) and its source (see
     :func:`_within_limit`)."""
     window = scan_window(source, path)
     headers = source.headers
-    keep, kept_counts, kept_tombstones, stays = _survivors(
-        window, headers, offset_map, now_ms, source.last, stats
+    fate = batch_fates(source, txns or CleanerTransactions([]), now_ms)
+    keep, kept_counts, needs_horizon, stays = _survivors(
+        window, headers, offset_map, now_ms, source.last, stats, fate
     )
     stats.batches_read += len(headers)
     stats.records_read += int(window.counts.sum())
@@ -301,8 +308,7 @@ def filter_window(
     for i in np.flatnonzero(stays).tolist():
         header = headers[i]
         kept = int(kept_counts[i])
-        needs_horizon = kept_tombstones[i] > 0 and not header.has_delete_horizon
-        if window.areas[i] is None or (kept == header.records_count and not needs_horizon):
+        if window.areas[i] is None or (kept == header.records_count and not needs_horizon[i]):
             out.append(CleanedBatch(source.data(header), header.last_offset, header.max_timestamp))
             stats.records_kept += kept
             stats.batches_kept += 1
@@ -311,7 +317,7 @@ def filter_window(
         if kept:
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
-            horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon else None
+            horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon[i] else None
             rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
                 data = source.data(header)
@@ -327,6 +333,43 @@ def filter_window(
     return out
 
 
+@dataclass(slots=True)
+class BatchFates:
+    """What the transaction rules (:mod:`seglogfs.cleaner_transactions`) decide for each batch of a
+    window, as arrays over its batches."""
+
+    control: np.ndarray  # a control batch: its records are not keyed records
+    discard: np.ndarray  # every record goes (an aborted transaction's, a marker past its horizon)
+    marker_horizon: np.ndarray  # a marker that may go once a delete horizon it does not have yet passed
+    retain_empty: np.ndarray  # its producer's last batch: it stays, if only as an empty header
+
+
+def batch_fates(source: Window, txns: CleanerTransactions, now_ms: int) -> BatchFates:
+    """Run the window's batches through ``txns``, in order (a plain window costs a scan of its
+    attributes and producer ids)."""
+    headers = source.headers
+    n = len(headers)
+    fates = BatchFates(*(np.zeros(n, dtype=bool) for _ in range(4)))
+    if not any(h.producer_id >= 0 or h.attributes & 0x30 for h in headers):
+        return fates
+    for i, header in enumerate(headers):
+        if source.areas[i] is None:
+            continue  # legacy: untouched
+        if header.is_control:
+            fates.control[i] = True
+            empty = header.records_count == 0
+            marker = None if empty else end_txn_marker(header, source.data(header))
+            if txns.control_batch(header, marker, empty=empty):
+                if header.has_delete_horizon:
+                    fates.discard[i] = header.base_timestamp <= now_ms
+                else:
+                    fates.marker_horizon[i] = True
+        else:
+            fates.discard[i] = txns.data_batch(header)
+        fates.retain_empty[i] = txns.is_last_of_producer(header)
+    return fates
+
+
 def _survivors(
     window: ScannedWindow,
     headers: list[BatchHeader],
@@ -334,11 +377,13 @@ def _survivors(
     now_ms: int,
     last: bool,
     stats: FilterStats,
+    fate: BatchFates,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(each record kept?, each batch's kept records and kept tombstones, each batch stays?). Only
-    the batches that stay are visited one by one: a batch that loses every record it had, is no
-    idempotent producer's and does not end its segment (``last``) is simply gone. A tombstone after
-    an untouched batch of user records (``stats.untouched_records``, updated here) stays."""
+    """(each record kept?, each batch's kept records, each batch needs a delete horizon?, each batch
+    stays?). Only the batches that stay are visited one by one: a batch that loses every record it
+    had, is not its producer's last and does not end its segment (``last``) is simply gone. A
+    tombstone after an untouched batch of user records (``stats.untouched_records``, updated here)
+    stays."""
     keyed, h1, h2 = window_digests(window, offset_map)
     keep = np.zeros(len(window.offsets), dtype=bool)
     keep[keyed] = window.offsets[keyed] >= offset_map.get(h1, h2)
@@ -356,15 +401,22 @@ def _survivors(
     )
     tombstone = window.value_lengths < 0
     keep &= ~tombstone | horizon_open[window.record_batch]
+    if fate.control.any():
+        keep |= fate.control[window.record_batch]
+        tombstone &= ~fate.control[window.record_batch]
+    keep &= ~fate.discard[window.record_batch]
     n = len(headers)
     kept_counts = np.bincount(window.record_batch[keep], minlength=n)
     kept_tombstones = np.bincount(window.record_batch[keep & tombstone], minlength=n)
     compacted = np.array([a is not None for a in window.areas], dtype=bool)
-    stays = ~compacted | (kept_counts > 0) | (window.counts == 0)  # an empty batch is copied as it is
-    stays |= compacted & np.array([h.producer_id >= 0 for h in headers], dtype=bool)
+    # An empty batch is copied as it is, unless it may go.
+    stays = ~compacted | (kept_counts > 0) | ((window.counts == 0) & ~fate.discard & ~fate.marker_horizon)
+    stays |= fate.retain_empty
     if last:
         stays[-1] = True
-    return keep, kept_counts, kept_tombstones, stays
+    has_horizon = np.array([bool(h.attributes & _DELETE_HORIZON) for h in headers], dtype=bool)
+    needs_horizon = ((kept_tombstones > 0) | fate.marker_horizon) & ~has_horizon
+    return keep, kept_counts, needs_horizon, stays
 
 
 def _within_limit(

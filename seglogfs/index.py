@@ -46,6 +46,11 @@ class EmptyIndex:
             return OffsetPosition(self.base_offset, 0)
         return TimestampOffset(-1, self.base_offset)
 
+    def lookup_with_previous(self, target: int) -> tuple[TimestampOffset, TimestampOffset]:
+        """As an empty time index: no entry, twice."""
+        none = TimestampOffset(-1, self.base_offset)
+        return none, none
+
     def lookup_bounds(self, target: int) -> tuple[OffsetPosition, None]:
         """No entry on either side: scan from the start."""
         return OffsetPosition(self.base_offset, 0), None

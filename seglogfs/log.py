@@ -23,6 +23,7 @@ import numpy as np
 from .batch_cache import BatchCache
 from .batch_split import BatchEncoder, batch_encoder, largest_single_value, split_into_batches
 from .checkpoint import fsync_dir
+from .cleaner_transactions import ProducerLastBatch
 from .compression import Compression
 from .config import LogConfig
 from .errors import (
@@ -685,6 +686,12 @@ class Log(SegmentRemoval):
         """True when the log holds an aborted transaction (a read_committed reader then skips some)."""
         segments, start, end = self._segments, self._start_offset, self._next_offset
         return self._transactions.has_aborted(segments, start, end, self._removals)
+
+    def last_batches_of_producers(self) -> dict[int, ProducerLastBatch]:
+        """Each known producer's last batch, as the producer state has it (Kafka's
+        lastRecordsOfActiveProducers): the cleaner keeps those batches."""
+        with self._lock:
+            return self._transactions.last_batches()
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets [start, end), by first offset (from the

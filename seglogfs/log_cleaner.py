@@ -11,13 +11,15 @@ A clean has two passes over the files:
    ``groupSegmentsBySize``), keeping the records :mod:`seglogfs.cleaner_records` keeps. Each output
    segment replaces its group with the crash-safe swap of :mod:`seglogfs.segment_swap`.
 
-Batches the cleaner never changes: legacy (v0/v1) entries, transactional and control batches (copied
-from a broker). Kafka would drop aborted transactional records and, past the delete horizon,
-transaction markers; seglogfs's cleaner does not (yet) apply the transaction index, so such batches
-are copied untouched and their keys are not entered in the map (an aborted record must never make a
-committed one of the same key go away); a tombstone after such a batch stays past its delete horizon
-(dropping it would bring back an untouched older record of its key). Records without a key are
-dropped, as Kafka's cleaner does (a compacted log refuses them at append).
+Transactions (:mod:`seglogfs.cleaner_transactions`), in both passes: the records of aborted
+transactions (the log's ``.txnindex`` entries say which) never enter the map and are dropped; committed
+transactional records are deduplicated by key like any other; a transaction's marker goes once nothing
+of its transaction is left and its delete horizon has passed; each producer's last batch stays.
+
+Batches the cleaner never changes: legacy (v0/v1) entries (copied from an old broker); a tombstone
+after such a batch stays past its delete horizon (dropping it would bring back an untouched older
+record of its key). Records without a key are dropped, as Kafka's cleaner does (a compacted log refuses
+them at append).
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ from .cleaner_records import (
     FilterStats,
     Window,
     WindowLimits,
+    batch_fates,
     filter_window,
     make_window,
     scan_window,
     window_digests,
 )
+from .cleaner_transactions import CleanerTransactions
 from .errors import CorruptRecordError, SeglogError
 from .log import Log
 from .log_files import CLEANED_SUFFIX
@@ -49,6 +53,7 @@ from .offset_map import OffsetMap
 from .records import iter_batch_headers
 from .segment import LogSegment, pread_header
 from .segment_swap import cleaned_files, crash_point, txn_index_path
+from .transaction_index import AbortedTxn
 
 __all__ = [
     "CleanAborted",
@@ -236,15 +241,18 @@ class Cleaner:
             self.map_memory, self.load_factor, table_slots=math.ceil((upper - start) / self.load_factor) + 64
         )
         self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)
-        full = self._build_offset_map(dirty_segments, offset_map, start)
+        map_txns = CleanerTransactions(lg.aborted_transactions(start, upper))
+        full = self._build_offset_map(dirty_segments, offset_map, start, map_txns)
         self.peak_map_bytes = max(self.peak_map_bytes, offset_map.nbytes)  # it grew with the keys
         end = max(offset_map.latest_offset + 1, start)
         result = CleanResult(lg.name, start, end, full)
         self._untouched_records = False
         sources = [s for s in lg.segments[:-1] if s.base_offset < end]
         cfg = lg.config
+        aborted = lg.aborted_transactions(lg.start_offset, upper)
+        txns = CleanerTransactions(aborted, lg.last_batches_of_producers())
         for group in group_segments_by_size(sources, cfg.segment_bytes, cfg.segment_index_bytes, upper):
-            if not self._clean_group(lg, group, offset_map, now_ms, result):
+            if not self._clean_group(lg, group, offset_map, now_ms, result, txns):
                 # Retention took some of the group meanwhile: what is left of it was not cleaned, and a
                 # later group may drop a tombstone superseding a record of it (Kafka never runs the two
                 # at once). The clean stops here and the checkpoint stays: the next maps it all again.
@@ -264,22 +272,30 @@ class Cleaner:
 
     # ------------------------------------------------------------------ the offset map
 
-    def _build_offset_map(self, segments: Sequence[LogSegment], offset_map: OffsetMap, start: int) -> bool:
+    def _build_offset_map(
+        self, segments: Sequence[LogSegment], offset_map: OffsetMap, start: int, txns: CleanerTransactions
+    ) -> bool:
         """Map the keys of ``segments`` from offset ``start`` on; True when the map filled up."""
         for segment in segments:
             located = segment.find_batch(start) if segment.base_offset < start else None
             position = located.position if located is not None else 0
             for window in self._windows(segment, position):
-                if self._map_window(window, offset_map, start, segment):
+                if self._map_window(window, offset_map, start, segment, txns):
                     return True
         return False
 
     @staticmethod
-    def _map_window(source: Window, offset_map: OffsetMap, start: int, segment: LogSegment) -> bool:
+    def _map_window(
+        source: Window, offset_map: OffsetMap, start: int, segment: LogSegment, txns: CleanerTransactions
+    ) -> bool:
         window = scan_window(source, segment.log_path)
         batches = source.headers
         keyed, h1, h2 = window_digests(window, offset_map)
         mapped = window.offsets[keyed] >= start
+        fate = batch_fates(source, txns, 0)
+        unmapped = fate.control | fate.discard  # markers and aborted records: no key of theirs counts
+        if unmapped.any():
+            mapped &= ~unmapped[window.record_batch[keyed]]
         keyed, h1, h2 = keyed[mapped], h1[mapped], h2[mapped]
         taken = offset_map.put_prefix(h1, h2, window.offsets[keyed])
         # Kafka: the map has seen a batch once all its records are in (or when it has no key to add).
@@ -293,7 +309,13 @@ class Cleaner:
     # ------------------------------------------------------------------ the recopy
 
     def _clean_group(
-        self, lg: Log, group: list[LogSegment], offset_map: OffsetMap, now_ms: int, result: CleanResult
+        self,
+        lg: Log,
+        group: list[LogSegment],
+        offset_map: OffsetMap,
+        now_ms: int,
+        result: CleanResult,
+        txns: CleanerTransactions,
     ) -> bool:
         """Write the group's surviving batches as ``<base>.log.cleaned`` and swap it in. False when
         the group is no longer part of the log (retention deleted some of it): nothing changed."""
@@ -325,8 +347,10 @@ class Cleaner:
                         max_batch_bytes=cfg.max_message_bytes,
                         stats=stats,
                         path=segment.log_path,
+                        txns=txns,
                     )
                     self._append(cleaned, out)
+            aborted = txns.take_index_entries()
             self._untouched_records = stats.untouched_records
             if len(group) == 1 and stats.batches_rewritten == 0 and stats.batches_kept == stats.batches_read:
                 _discard(cleaned, lg, base)  # every batch copied as it was: the segment stays as it is
@@ -335,7 +359,7 @@ class Cleaner:
                 result.records_read += stats.records_read
                 result.records_kept += stats.records_kept
                 return True
-            self._finish(cleaned, group, lg)
+            self._finish(cleaned, group, aborted)
             crash_point(f"wrote {cleaned.log_path.name}")
             new = lg.replace_segments(group, base, now_ms)
         except BaseException:
@@ -359,12 +383,12 @@ class Cleaner:
             crash_point(f"appended to {cleaned.log_path.name}")
 
     @staticmethod
-    def _finish(cleaned: LogSegment, group: Sequence[LogSegment], lg: Log) -> None:
-        """Seal the cleaned segment: final time entry, trimmed indexes, the sources' aborted-transaction
-        index (its entries hold absolute offsets, and transactional batches are kept as they are),
+    def _finish(cleaned: LogSegment, group: Sequence[LogSegment], aborted: Sequence[AbortedTxn]) -> None:
+        """Seal the cleaned segment: final time entry, trimmed indexes, the aborted-transaction index
+        of the ABORT markers kept with their transactions' batches (entries hold absolute offsets),
         the last source's mtime (time retention falls back on it), everything fsync'd."""
         cleaned.on_become_inactive()
-        txn = b"".join(p.read_bytes() for p in map(txn_index_path, group) if p.exists())
+        txn = b"".join(entry.to_bytes() for entry in aborted)
         if txn:
             fd = os.open(txn_index_path(cleaned), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:

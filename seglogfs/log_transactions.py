@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .cleaner_transactions import ProducerLastBatch
 from .errors import CorruptIndexError, CorruptRecordError
 from .log_files import TXN_INDEX_SUFFIX
 from .log_loader import LoadedLog
@@ -242,6 +243,15 @@ class LogTransactions:
             cached = ((version, log_start), bool(aborted), hidden_batches(aborted))
             self._hides_for = cached
         return cached[2]
+
+    def last_batches(self) -> dict[int, ProducerLastBatch]:
+        """Each producer's last data batch (its last offset), or its marker when it has none since
+        its epoch began (see :class:`~seglogfs.cleaner_transactions.ProducerLastBatch`)."""
+        self._ready()
+        return {
+            pid: ProducerLastBatch(entry.last_offset if entry.last_offset >= 0 else None, entry.epoch)
+            for pid, entry in self.state.producers.items()
+        }
 
     def has_aborted(self, segments: Sequence[LogSegment], log_start: int, log_end: int, version: int) -> bool:
         """True when some aborted transaction is left in the log (see :meth:`hides`)."""

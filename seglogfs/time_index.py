@@ -111,6 +111,18 @@ class TimeIndex(AbstractIndex):
                 return TimestampOffset(-1, self.base_offset)
             return TimestampOffset(int(self._keys[slot]), self.base_offset + int(self._values[slot]))
 
+    def lookup_with_previous(self, target_timestamp: int) -> tuple[TimestampOffset, TimestampOffset]:
+        """(the entry before the one :meth:`lookup` finds, that entry), each (-1, base_offset) when
+        there is none: one search."""
+        with self._lock:
+            slot = self._largest_lower_bound(self._keys, target_timestamp)
+            return self._entry_or_none(slot - 1), self._entry_or_none(slot)
+
+    def _entry_or_none(self, slot: int) -> TimestampOffset:
+        if slot < 0:
+            return TimestampOffset(-1, self.base_offset)
+        return TimestampOffset(int(self._keys[slot]), self.base_offset + int(self._values[slot]))
+
     def sanity_check(self) -> None:
         """Kafka's TimeIndex.sanityCheck: last timestamp >= first, last offset >= base offset,
         length a multiple of 12."""

@@ -24,6 +24,8 @@ from support.cleaner_helpers import (
 )
 from support.engine_helpers import ManualClock
 from support.producer_batches import control_batch
+from support.record_batches import raw_legacy
+from support.transactions import Scenario
 
 from seglogfs import segment_swap
 from seglogfs.cleaner_config import CleanerConfig
@@ -33,7 +35,7 @@ from seglogfs.log_cleaner import CleanAborted, Cleaner, cleanable_range, group_s
 from seglogfs.log_files import CLEANER_OFFSET_CHECKPOINT
 from seglogfs.log_manager import LogManager
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
-from seglogfs.records import ProducerRecord, encode_batch, read_batch_header
+from seglogfs.records import ProducerRecord, encode_batch, iter_batch_headers, read_batch_header
 
 
 def fill(lg, rounds: int, keys: int = 10, per_round: int = 20, tombstone_every: int = 0) -> dict:
@@ -257,6 +259,10 @@ def test_keyless_records_are_refused_on_a_compacted_log(tmp_path: Path) -> None:
         assert lg.end_offset == 1
 
 
+def _headers(path: Path) -> list:
+    return list(iter_batch_headers(path.read_bytes(), path=path))
+
+
 def with_attributes(batch: bytes, extra: int, producer_id: int) -> bytes:
     """``batch`` with attribute bits added and a producer id, its CRC recomputed."""
     data = bytearray(batch)
@@ -267,10 +273,12 @@ def with_attributes(batch: bytes, extra: int, producer_id: int) -> bytes:
     return bytes(data)
 
 
-def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
-    """Copied from a broker: a transactional batch (maybe aborted) is never rewritten nor dropped, and
-    its keys never make another record go. (Its transaction is committed: the cleaner never cleans
-    past an open one's first offset, the last stable offset.)"""
+def test_a_committed_transactional_record_is_deduplicated_and_its_batch_kept_for_its_producer(
+    tmp_path: Path,
+) -> None:
+    """Copied from a broker: a committed transactional record superseded by a later one of its key goes
+    like any other; its batch, its producer's last, stays as an empty header with its producer fields
+    (Kafka's RETAIN_EMPTY), and its COMMIT marker stays while that batch is left."""
     log_dir = tmp_path / "t-0"
     log_dir.mkdir()
     now = 1_700_000_000_000
@@ -286,23 +294,82 @@ def test_transactional_batches_are_kept_untouched(tmp_path: Path) -> None:
     with open_manager(tmp_path, compact_config(), clock) as manager:
         lg = manager.get("t-0")
         assert manager.clean_once() is not None
-        data = lg.segments[0].log_path.read_bytes()
-        assert txn in data  # byte for byte
-        assert engine_records(lg) == [(1, b"a", b"2"), (3, b"b", b"3"), (4, b"a", b"4")]
+        assert engine_records(lg) == [(3, b"b", b"3"), (4, b"a", b"4")]
+    headers = _headers(log_dir / "00000000000000000000.log")
+    emptied = next(h for h in headers if h.base_offset == 1)
+    assert (emptied.records_count, emptied.producer_id, emptied.is_transactional) == (0, 42, True)
+    assert any(h.is_control and h.base_offset == 2 for h in headers)
+    assert_verifies(log_dir)
 
 
-def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon(tmp_path: Path) -> None:
-    """A committed transactional record (copied untouched: its key is never mapped) followed by a
-    tombstone of its key: once the horizon passed, the cleaner dropped the tombstone and the deleted
-    key came back with its old value (under read_committed too)."""
+def test_aborted_records_go_and_markers_go_past_their_horizon_once_their_transaction_is_empty(
+    tmp_path: Path,
+) -> None:
+    """A broker's log: an aborted transaction's records go at the first clean (its batch, its
+    producer's last, stays empty, with its ABORT marker and .txnindex entry); a committed transaction
+    whose record was superseded keeps its COMMIT marker while its batch is left, then the marker gets
+    a delete horizon, then goes; the marker of an empty transaction that is its producer's last batch
+    stays (as an empty header)."""
+    log_dir = tmp_path / "t-0"
+    model = (
+        Scenario()
+        .send(7, [b"1"], keys=[b"a"])
+        .commit(7)
+        .send_plain([b"2"], keys=[b"a"])
+        .send(8, [b"1"], keys=[b"b"])
+        .abort(8)
+        .commit(9)
+        .send(7, [b"1"], keys=[b"c"])
+        .commit(7)
+        .roll()
+        .send_plain([b"s"], keys=[b"sentinel"])
+        .write(log_dir)
+    )
+    assert model.aborted == [(8, 3, 4, 5)]
+    clock = ManualClock(1_700_000_000_000)
+    expected = [(2, b"a", b"2"), (6, b"c", b"1"), (8, b"sentinel", b"s")]
+    markers, horizons = [], []
+    with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
+        lg = manager.get("t-0")
+        for n in range(3):
+            clean_all(manager)
+            headers = [h for path in sorted(log_dir.glob("*.log")) for h in _headers(path)]
+            markers.append({h.base_offset: h.records_count for h in headers if h.is_control})
+            horizons.append({h.base_offset for h in headers if h.is_control and h.has_delete_horizon})
+            for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
+                records = [(r.offset, r.key, r.value) for r in lg.iter_records(isolation=isolation)]
+                assert records[: len(expected)] == expected
+            clock.advance(10_001)
+            lg.append([ProducerRecord(key=b"sentinel", value=b"s%d" % n)])
+            lg.roll()
+            expected[-1] = (lg.end_offset - 1, b"sentinel", b"s%d" % n)
+        assert lg.aborted_transactions(0, lg.end_offset)[0].producer_id == 8
+        assert lg.last_stable_offset == lg.end_offset
+        assert kafka_python_records(log_dir)[:2] == expected[:2]
+    # The COMMIT at 1 saw its batch in the first clean; then it gets a horizon; past it, it goes. The
+    # empty transaction's COMMIT at 5 gets one at once; past it, it stays emptied (pid 9's last batch).
+    assert markers[0] == {1: 1, 4: 1, 5: 1, 7: 1}
+    assert markers[1] == {1: 1, 4: 1, 5: 0, 7: 1}
+    assert markers[2] == {4: 1, 5: 0, 7: 1}
+    assert horizons[:2] == [{5}, {1}]
+    emptied = next(h for h in _headers(log_dir / "00000000000000000000.log") if h.base_offset == 3)
+    assert (emptied.records_count, emptied.producer_id) == (0, 8)
+    assert_verifies(log_dir)
+
+
+def test_a_tombstone_after_an_untouched_legacy_record_of_its_key_stays_past_its_horizon(
+    tmp_path: Path,
+) -> None:
+    """A legacy (v1) record, which the cleaner copies untouched (its key is never mapped), followed by
+    a tombstone of its key: once the horizon passed, dropping the tombstone would bring the deleted
+    key back with its old value."""
     log_dir = tmp_path / "t-0"
     log_dir.mkdir()
     now = 1_700_000_000_000
-    txn = with_attributes(encode_batch([ProducerRecord(key=b"a", value=b"old")], 0, now_ms=now), 0x10, 42)
-    commit = control_batch(1, 42, epoch=read_batch_header(txn, 0).producer_epoch, ts=now)
-    tombstone = encode_batch([ProducerRecord(key=b"a", value=None)], 2, now_ms=now)
-    (log_dir / "00000000000000000000.log").write_bytes(txn + commit + tombstone)
-    (log_dir / "00000000000000000003.log").write_bytes(b"")
+    legacy = raw_legacy(1, b"a", b"old", offset=0, timestamp=now)
+    tombstone = encode_batch([ProducerRecord(key=b"a", value=None)], 1, now_ms=now)
+    (log_dir / "00000000000000000000.log").write_bytes(legacy + tombstone)
+    (log_dir / "00000000000000000002.log").write_bytes(b"")
     clock = ManualClock(now)
     with open_manager(tmp_path, compact_config(delete_retention_ms=10_000), clock) as manager:
         lg = manager.get("t-0")
@@ -314,8 +381,8 @@ def test_a_tombstone_after_an_untouched_record_of_its_key_stays_past_its_horizon
             latest = latest_per_key(
                 [(r.offset, r.key, r.value) for r in lg.iter_records(isolation=isolation)]
             )
-            assert latest[b"a"] == (2, None)
-        assert txn in lg.segments[0].log_path.read_bytes()  # still untouched
+            assert latest[b"a"] == (1, None)
+        assert legacy in lg.segments[0].log_path.read_bytes()  # still untouched
     assert_verifies(log_dir)
 
 

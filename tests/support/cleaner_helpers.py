@@ -3,6 +3,8 @@ directory's files, and the table a model of keyed appends expects."""
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from kafka.record import MemoryRecords
@@ -13,6 +15,7 @@ from seglogfs.config import LogConfig
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.verifier import verify_paths
+from support.consumer_walk import committed_batches
 
 COMPACT = {
     "cleanup.policy": "compact",
@@ -45,6 +48,56 @@ def kafka_python_records(log_dir: Path) -> list[tuple[int, bytes | None, bytes |
             batch = records.next_batch()
             assert batch.validate_crc(), f"kafka-python rejects a batch of {path}"
             out.extend((r.offset, r.key, r.value) for r in batch if not isinstance(r, ControlRecord))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaPythonBatch:
+    """What the read_committed walk asks of a batch kafka-python read."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    is_control: bool
+    is_transactional: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxnIndexEntry:
+    producer_id: int
+    first_offset: int
+
+
+def kafka_python_committed_records(log_dir: Path, last_stable_offset: int) -> list[tuple]:
+    """(offset, key, value) of the user records a read_committed consumer sees, from kafka-python's
+    reading of the .log files and the .txnindex entries read by hand (34 bytes: version, producerId,
+    firstOffset, lastOffset, lastStableOffset)."""
+    aborted = []
+    for path in sorted(log_dir.glob("*.txnindex")):
+        data = path.read_bytes()
+        for at in range(0, len(data) - len(data) % 34, 34):
+            _, pid, first, _, _ = struct.unpack_from(">hqqqq", data, at)
+            aborted.append(TxnIndexEntry(pid, first))
+    batches = []
+    for path in sorted(log_dir.glob("*.log")):
+        records = MemoryRecords(path.read_bytes())
+        while records.has_next():
+            batch = records.next_batch()
+            header = KafkaPythonBatch(
+                batch.base_offset,
+                batch.base_offset + batch.last_offset_delta,
+                batch.producer_id,
+                batch.is_control_batch,
+                batch.is_transactional,
+            )
+            batches.append((header, list(batch)))
+
+    def marker_type(header: KafkaPythonBatch, records: list) -> int | None:
+        return records[0].type if records else None
+
+    out = []
+    for _, records in committed_batches(batches, aborted, last_stable_offset, marker_type):  # type: ignore[arg-type]
+        out += [(r.offset, r.key, r.value) for r in records if r.offset < last_stable_offset]
     return out
 
 

@@ -43,9 +43,10 @@ class ModelRecord:
     """One user record as the steps wrote it; ``txn`` numbers the transaction it belongs to."""
 
     offset: int
-    value: bytes
+    value: bytes | None
     producer_id: int
     txn: int | None
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +133,9 @@ class _Build:
 
 def data_batch(
     base_offset: int,
-    values: list[bytes],
+    values: list[bytes | None],
     *,
+    keys: list[bytes] | None = None,
     producer_id: int = NO_PRODUCER,
     epoch: int = -1,
     base_sequence: int = -1,
@@ -141,12 +143,14 @@ def data_batch(
     compression: int = NONE,
     timestamp: int = NOW,
 ) -> bytes:
-    """A v2 data batch from kafka-python's builder, placed at ``base_offset`` (outside the CRC)."""
+    """A v2 data batch from kafka-python's builder, placed at ``base_offset`` (outside the CRC);
+    ``keys``: one per value (default: none)."""
     builder = DefaultRecordBatchBuilder(
         2, compression, transactional, producer_id, epoch, base_sequence, batch_size=1 << 30
     )
     for i, value in enumerate(values):
-        builder.append(i, timestamp=timestamp + i, key=None, value=value, headers=[])
+        key = keys[i] if keys is not None else None
+        builder.append(i, timestamp=timestamp + i, key=key, value=value, headers=[])
     batch = bytearray(builder.build())
     struct.pack_into(">q", batch, 0, base_offset)
     attributes = _V2_HEADER.unpack_from(batch)[5]
@@ -207,15 +211,25 @@ class Scenario:
     def __init__(self) -> None:
         self.steps: list[tuple] = []
 
-    def send(self, pid: int, values: list[bytes], *, txn: bool = True, compression: int = NONE) -> Scenario:
+    def send(
+        self,
+        pid: int,
+        values: list[bytes | None],
+        *,
+        txn: bool = True,
+        compression: int = NONE,
+        keys: list[bytes] | None = None,
+    ) -> Scenario:
         """One batch of producer ``pid``; transactional (opening its transaction if none is open) or,
-        with ``txn=False``, idempotent only."""
-        self.steps.append(("send", pid, list(values), txn, compression))
+        with ``txn=False``, idempotent only; ``keys``: one per value (default: none)."""
+        self.steps.append(("send", pid, list(values), txn, compression, keys))
         return self
 
-    def send_plain(self, values: list[bytes], *, compression: int = NONE) -> Scenario:
+    def send_plain(
+        self, values: list[bytes | None], *, compression: int = NONE, keys: list[bytes] | None = None
+    ) -> Scenario:
         """One batch without a producer id (what seglogfs appends)."""
-        self.steps.append(("send", NO_PRODUCER, list(values), False, compression))
+        self.steps.append(("send", NO_PRODUCER, list(values), False, compression, keys))
         return self
 
     def commit(self, pid: int, *, coordinator_epoch: int = 0) -> Scenario:
@@ -273,7 +287,14 @@ class Scenario:
         return model
 
     @staticmethod
-    def _apply_send(state: _Build, pid: int, values: list[bytes], txn: bool, compression: int) -> None:
+    def _apply_send(
+        state: _Build,
+        pid: int,
+        values: list[bytes | None],
+        txn: bool,
+        compression: int,
+        keys: list[bytes] | None = None,
+    ) -> None:
         producer = state.producers.setdefault(pid, _Producer()) if pid != NO_PRODUCER else None
         txn_number = None
         if producer is not None and txn:
@@ -291,13 +312,16 @@ class Scenario:
             transactional=txn_number is not None,
             compression=compression,
             timestamp=NOW + state.next_offset,
+            keys=keys,
         )
         if producer is not None:
             producer.next_sequence += len(values)
         if txn_number is not None and compression != NONE:
             state.compressed_txn_batches += 1
         base = state.add_batch(batch, len(values))
-        state.records += [ModelRecord(base + i, v, pid, txn_number) for i, v in enumerate(values)]
+        state.records += [
+            ModelRecord(base + i, v, pid, txn_number, keys[i] if keys else None) for i, v in enumerate(values)
+        ]
 
     @staticmethod
     def _apply_marker(state: _Build, pid: int, control_type: int, coordinator_epoch: int) -> None:
