@@ -121,11 +121,14 @@ class Log(SegmentRemoval):
         clean_shutdown: bool = False,
         create: bool = False,
         clock: Callable[[], float] = time.time,
+        data_dir_locked: bool = False,
     ) -> Log:
         """Open (and with ``create``, make) a log directory; recover it unless it was shut down cleanly
         (see :class:`~seglogfs.log_loader.LogLoader`).
 
-        A writer takes the directory's owner lock (LogLockedError when another process holds it).
+        A writer takes the directory's owner lock (LogLockedError when another process holds it);
+        with ``data_dir_locked`` (the caller holds the data dir's lock, which keeps every other writer
+        out) it only probes it and keeps no descriptor.
         ``read_only`` opens without the lock and never changes a file: missing or corrupt indexes are
         then replaced by scans, and a torn tail is simply not read.
         """
@@ -137,7 +140,9 @@ class Log(SegmentRemoval):
         if not directory.is_dir():
             raise FileNotFoundError(f"no log directory {directory}")
         log_obj = cls(directory, config or LogConfig(), read_only=read_only, clock=clock)
-        if not read_only:
+        if not read_only and data_dir_locked:
+            LogLock(directory).probe()
+        elif not read_only:
             log_obj._owner_lock = LogLock(directory)
             log_obj._owner_lock.acquire()
         try:
