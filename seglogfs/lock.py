@@ -86,10 +86,10 @@ class LogLock:
         (their :meth:`acquire` checks it), so the log needs no descriptor of its own, and this
         probe refuses a log some writer took before the data dir was locked.
         """
-        self._acquire()
+        self._acquire(record_pid=False)
         self.release()
 
-    def _acquire(self) -> None:
+    def _acquire(self, *, record_pid: bool = True) -> None:
         # No O_TRUNC: truncating before we hold the lock would wipe the holder's pid.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
@@ -105,8 +105,9 @@ class LogLock:
             error.pid = holder  # type: ignore[attr-defined]
             raise error from None
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            if record_pid:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             os.close(fd)  # also releases the flock
             raise

@@ -370,7 +370,10 @@ class ProducerStateManager:
         if self.read_only:
             raise ReadOnlyLogError(f"{self.directory} is open read-only: no producer snapshot written")
         path = self.directory / segment_file_name(self._map_end_offset, PRODUCER_SNAPSHOT_SUFFIX)
-        atomic_write(path, snapshot_bytes(self._producers[pid] for pid in sorted(self._producers)))
+        data = snapshot_bytes(self._producers[pid] for pid in sorted(self._producers))
+        if _holds(path, data):
+            return path  # the same snapshot is on disk already (an idle log's close, a restart's open)
+        atomic_write(path, data)
         return path
 
     def delete_snapshots_below(self, offset: int) -> None:
@@ -443,3 +446,17 @@ class ProducerStateManager:
         self._producers[entry.producer_id] = entry
         if entry.current_txn_first_offset is not None:
             self._open_txn(entry, entry.current_txn_first_offset)
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds exactly ``data`` (a file there was written by ``atomic_write``: durable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, len(data) + 1, 0) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
