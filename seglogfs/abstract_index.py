@@ -81,6 +81,9 @@ class AbstractIndex:
     KEY_FIELD: ClassVar[str]
     VALUE_FIELD: ClassVar[str]
     KIND: ClassVar[str] = "index"
+    #: keep the slot after the last entry allocated: an entry that must not fail (the time index's
+    #: final entry, written on roll and close) then lands where the disk already gave room
+    ALLOCATES_NEXT_SLOT: ClassVar[bool] = False
     RELATIVE_OFFSET_FIELD: ClassVar[str] = "rel"
 
     def __init__(
@@ -120,6 +123,8 @@ class AbstractIndex:
                             )
                         # Kafka's setLength: sparse, no block allocated until an entry is written.
                         os.ftruncate(fd, self._round(self.max_index_size))
+                        if self.ALLOCATES_NEXT_SLOT:
+                            self._allocate_slot(fd, 0, os.fstat(fd).st_size)
                     except BaseException:
                         os.close(fd)
                         fd = -1
@@ -193,12 +198,23 @@ class AbstractIndex:
                 self.on_descriptor_opened()
         return self._fd
 
-    def _store(self, slot: int, entry: bytes) -> None:
+    def _allocate_slot(self, fd: int, slot: int, length: int) -> None:
+        """Write zeros over ``slot`` when the file has it (what a sparse file reads there anyway)."""
+        offset = slot * self.ENTRY_SIZE
+        if offset + self.ENTRY_SIZE <= length:
+            zeros = bytes(self.ENTRY_SIZE)
+            if os.pwrite(fd, zeros, offset) != len(zeros):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self._path))
+
+    def _store(self, slot: int, entry: bytes, *, final: bool = False) -> None:
         """Write entry ``slot`` to the file, then to the copy (the caller bumps ``entries``).
+        ``final``: the last entry of a roll or close, which allocates no slot after it.
 
         OSError (ENOSPC...) naming the file when the filesystem cannot take it; the copy is then
         unchanged."""
         offset = slot * self.ENTRY_SIZE
+        if self.ALLOCATES_NEXT_SLOT and not final and offset + 2 * self.ENTRY_SIZE <= self._length:
+            entry += bytes(self.ENTRY_SIZE)
         try:
             written = os.pwrite(self._write_fd(), entry, offset)
         except SegmentFileMissingError:
@@ -209,6 +225,7 @@ class AbstractIndex:
         if written != len(entry):
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: short write", str(self._path))
         self._dirty = True
+        entry = entry[: self.ENTRY_SIZE]
         if offset + len(entry) > self._buf.size:
             capacity = max(2 * (self._buf.size // self.ENTRY_SIZE), _FIRST_CAPACITY, slot + 1)
             self._set_capacity(min(capacity, max(self.max_entries, slot + 1)))
@@ -312,7 +329,8 @@ class AbstractIndex:
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down to whole entries (sparse when growing:
         ``ftruncate``, as Kafka's ``setLength``). Returns False when the length is already that.
-        The entries in use must still fit."""
+        The entries in use must still fit. OSError (ENOSPC) when the next slot must be allocated
+        and cannot: the file is then left as it was."""
         self._require_writable()
         with self._lock:
             rounded = self._round(int(new_size))
@@ -322,7 +340,14 @@ class AbstractIndex:
                 raise ValueError(
                     f"cannot resize {self._path} to {rounded} bytes: it holds {self._entries} entries"
                 )
-            os.ftruncate(self._write_fd(), rounded)
+            fd = self._write_fd()
+            os.ftruncate(fd, rounded)
+            if self.ALLOCATES_NEXT_SLOT and rounded > self._length:
+                try:
+                    self._allocate_slot(fd, self._entries, rounded)
+                except OSError:
+                    os.ftruncate(fd, self._length)
+                    raise
             self._length = rounded
             self.max_entries = rounded // self.ENTRY_SIZE
             if self._buf.size > rounded:

@@ -40,6 +40,7 @@ class TimeIndex(AbstractIndex):
     KEY_FIELD = "ts"
     VALUE_FIELD = "rel"
     KIND = "time index"
+    ALLOCATES_NEXT_SLOT = True  # the final entry of a roll or a close must not meet a full disk
 
     def _after_entries_changed(self) -> None:
         n = self._entries
@@ -96,7 +97,7 @@ class TimeIndex(AbstractIndex):
                         f"No room left in time index {self._path} (size = {n}), even with skip_full_check"
                     )
                 rel = self.relative_offset(offset)
-                self._store(n, _PACK(timestamp, rel))
+                self._store(n, _PACK(timestamp, rel), final=skip_full_check)
                 self._entries = n + 1
                 self._last_entry = TimestampOffset(timestamp, offset)
 
