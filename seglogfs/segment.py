@@ -89,8 +89,10 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self._fd_value = -1
         self._fd_users = 0  # readers and writers using the descriptor now: the budget leaves it open
         self._pinned = False  # hold_open(): this very file, never closed by the budget
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the .log first opened
         if writable and not self.log_path.exists():
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
+            self._identity = _identity(self._fd_value)
         # Existing segments open their .log only when first read or written, and the descriptor
         # budget closes it again when the segment is idle (5000 logs must not hold 5000
         # descriptors); the size comes from the directory entry.
@@ -138,13 +140,22 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         deleted must fail, not bring back an empty .log; a writer's .log that vanished is
         ``SegmentFileMissingError`` (a FileNotFoundError) naming it."""
         try:
-            return os.open(self.log_path, self._open_flags & ~os.O_CREAT)
+            fd = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
         except FileNotFoundError:
             if not self.writable:
                 raise
             raise SegmentFileMissingError(
                 errno.ENOENT, "the segment's .log is gone from disk", str(self.log_path)
             ) from None
+        identity = _identity(fd)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:  # another file under the name: never read it as this one
+            os.close(fd)
+            raise SegmentFileMissingError(
+                errno.ENOENT, "the segment's .log was replaced on disk", str(self.log_path)
+            )
+        return fd
 
     def release_files(self) -> bool:
         """Close the .log and the indexes' write descriptors unless they are in use (False then);
@@ -527,3 +538,8 @@ def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:
     if segment_jitter_ms <= 0:
         return 0
     return random.randrange(min(segment_jitter_ms, segment_ms))
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino

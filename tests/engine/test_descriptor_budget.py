@@ -80,3 +80,24 @@ def test_a_file_gone_while_closed_is_a_clear_error_and_a_planted_symlink_is_refu
         assert lg.read(0).value == b"one"
         lg.append_values([b"two"])
         assert [r.value for r in lg.iter_records()] == [b"one", b"two"]
+
+
+def test_a_file_replaced_while_closed_is_never_read_as_the_segment(
+    tmp_path: Path, small_budget: None
+) -> None:
+    """A reopened .log must be the file the segment had: another file put under its name (a copy
+    with other bytes) is an error, never read in its place."""
+    with Log.open(tmp_path / "a-0", create=True) as lg:
+        lg.append_values([b"one"])
+        lg.release_files()
+        path = lg.segments[-1].log_path
+        copy = tmp_path / "copy.log"
+        copy.write_bytes(path.read_bytes())
+        original = tmp_path / "original.log"
+        path.rename(original)
+        copy.rename(path)
+        with pytest.raises(SegmentFileMissingError, match="replaced on disk"):
+            lg.read(0)
+        path.unlink()
+        original.rename(path)
+        assert lg.read(0).value == b"one"
