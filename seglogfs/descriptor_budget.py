@@ -47,6 +47,7 @@ class DescriptorBudget:
         self._holders: OrderedDict[int, FileHolder] = OrderedDict()
         self.limit = limit if limit is not None else self.limit_from_rlimit()
         self.evictions = 0
+        self._last: FileHolder | None = None  # the holder touched last (at the back of the order)
 
     @staticmethod
     def limit_from_rlimit() -> int:
@@ -68,8 +69,11 @@ class DescriptorBudget:
     def touch(self, holder: FileHolder) -> None:
         """``holder`` (which holds or is about to hold descriptors) was just used; over the limit,
         the least recently used idle holders close their files."""
+        if self._last is holder:  # the same segment again (a read's several preads): nothing moves
+            return
         holders = self._holders
         uid = holder.uid
+        self._last = holder
         with self._lock:
             if uid in holders:
                 holders.move_to_end(uid)
@@ -82,6 +86,8 @@ class DescriptorBudget:
     def forget(self, holder: FileHolder) -> None:
         """``holder`` closed its files by itself."""
         with self._lock:
+            if self._last is holder:
+                self._last = None
             self._holders.pop(holder.uid, None)
 
     def _evict(self, spare: int | None = None) -> None:
@@ -102,6 +108,8 @@ class DescriptorBudget:
             with self._lock:
                 if self._holders.pop(uid, None) is None:
                     continue
+                if self._last is holder:
+                    self._last = None
             # Outside the budget's lock: release_files takes the holder's own (never blocking). A
             # holder touched meanwhile is listed again, and at worst listed while holding nothing.
             if holder.release_files():

@@ -380,16 +380,21 @@ class ProducerStateManager:
         """Delete the snapshots taken before ``offset`` (Kafka's deleteSnapshotsBefore)."""
         self._delete_snapshots(lambda snap: snap < offset)
 
-    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
+    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> list[tuple[int, Path]]:
+        """Delete the snapshots whose offset is ``doomed`` (a writer's); the others, oldest first."""
+        files = self._snapshot_files()
         if self.read_only:
-            return
-        deleted = False
-        for offset, path in self._snapshot_files():
+            return files
+        kept, deleted = [], False
+        for offset, path in files:
             if doomed(offset):
                 path.unlink(missing_ok=True)
                 deleted = True
+            else:
+                kept.append((offset, path))
         if deleted:
             fsync_dir(self.directory)
+        return kept
 
     def _remove_temp_files(self) -> None:
         """Remove the temp files of snapshots a crash interrupted."""
@@ -417,10 +422,10 @@ class ProducerStateManager:
         replay starts at ``log_start_offset``.
         """
         self._remove_temp_files()
-        self._delete_snapshots(lambda snap: snap < log_start_offset or snap > log_end_offset)
+        kept = self._delete_snapshots(lambda snap: snap < log_start_offset or snap > log_end_offset)
         self._producers.clear()
         self._ongoing.clear()
-        for offset, path in reversed(self._snapshot_files()):
+        for offset, path in reversed(kept):
             if not log_start_offset <= offset <= log_end_offset:
                 continue  # out of range (kept by a read-only load)
             try:

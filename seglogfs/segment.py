@@ -87,7 +87,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._open_flags = flags | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted symlink is ELOOP
         self._fd_value = -1
-        self._fd_users = 0  # readers and writers using the descriptor now: the budget leaves it open
+        # One item per reader or writer using the descriptor now (append and pop are atomic under the
+        # GIL, so the hot paths take no lock): the budget leaves it open while there are any.
+        self._users: list[None] = []
         self._pinned = False  # hold_open(): this very file, never closed by the budget
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the .log first opened
         if writable and not self.log_path.exists():
@@ -123,17 +125,35 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     def _log_fd(self) -> Iterator[int]:
         """The .log's descriptor for the length of the block: opened when the budget closed it (or
         never opened it), and left open by the budget while the block runs."""
-        with self._lock:
-            fd = self._fd_value
-            if fd < 0:
-                fd = self._fd_value = self._reopen_log()
-            self._fd_users += 1
+        fd = self._acquire_fd()
         try:
-            BUDGET.touch(self)
             yield fd
         finally:
-            with self._lock:
-                self._fd_users -= 1
+            self._release_fd()
+
+    def _acquire_fd(self) -> int:
+        """:meth:`_log_fd` for the hot paths (no generator): pair with :meth:`_release_fd`.
+
+        Registers the use before reading the descriptor; ``release_files`` clears the descriptor
+        before it looks for uses (and puts it back when it finds one), so a use either sees a
+        descriptor nobody closes under it or none at all (and opens one under the lock)."""
+        users = self._users
+        users.append(None)
+        fd = self._fd_value
+        if fd < 0:
+            try:
+                with self._lock:
+                    fd = self._fd_value
+                    if fd < 0:
+                        fd = self._fd_value = self._reopen_log()
+            except BaseException:
+                users.pop()
+                raise
+        BUDGET.touch(self)
+        return fd
+
+    def _release_fd(self) -> None:
+        self._users.pop()
 
     def _reopen_log(self) -> int:
         """Open the .log (the lock held). Never O_CREAT: a reader reopening a segment retention has
@@ -163,14 +183,18 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            if self._fd_users or self._pinned:
+            if self._pinned:
                 return False
-            for index in (self._offset_index, self._time_index):
-                if isinstance(index, AbstractIndex) and not index.close_files():
-                    return False
-            if self._fd_value >= 0:
-                os.close(self._fd_value)
-                self._fd_value = -1
+            fd, self._fd_value = self._fd_value, -1  # first: see _acquire_fd
+            if self._users or not all(
+                index.close_files()
+                for index in (self._offset_index, self._time_index)
+                if isinstance(index, AbstractIndex)
+            ):
+                self._fd_value = fd
+                return False
+            if fd >= 0:
+                os.close(fd)
             return True
         finally:
             self._lock.release()
@@ -345,8 +369,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
 
     def read(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes of the .log at ``position``."""
-        with self._log_fd() as fd:
+        fd = self._acquire_fd()
+        try:
             return os.pread(fd, size, position)
+        finally:
+            self._release_fd()
 
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
@@ -354,8 +381,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         # before touching the file: an empty reader's .log may not exist
         if position + HEADER_SIZE_UP_TO_MAGIC > end:
             return None
-        with self._log_fd() as fd:
+        fd = self._acquire_fd()
+        try:
             return pread_header(fd, position, end, self.log_path)
+        finally:
+            self._release_fd()
 
     def _header_or_none(self, position: int, end: int) -> BatchHeader | None:
         """The header at ``position`` when it parses and its batch fits before ``end``, else None."""
