@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from seglogd.config import DaemonConfig, load_config
 from seglogd.notify import Notifier, watchdog_interval
+from seglogfs.descriptor_budget import BUDGET
 from seglogfs.errors import ConfigError, SeglogError
 from seglogfs.faults import PersistentFault
 from seglogfs.fs.mount import (
@@ -96,6 +97,7 @@ class Daemon:
             log.info("stop requested before mounting: nothing was opened")
             return 0
         self.mount_point = Path(self.config.mount_point).absolute()
+        BUDGET.configure()  # segments' descriptors, from the open-files limit the process runs with
         try:
             self.manager = self._open_logs(self.config)
         except (SeglogError, OSError) as exc:
@@ -145,7 +147,12 @@ class Daemon:
         self.ops = SeglogOperations(
             manager, read_only=cfg.read_only, access=cfg.access, on_init=self._on_init
         )
-        self._install_sighup()
+        try:
+            self._install_sighup()
+        except OSError as exc:  # EMFILE/ENFILE: every descriptor is taken already
+            log.error("cannot start: no descriptor for the SIGHUP reload pipe (%s); raise the open-files "
+                      "limit (ulimit -n, LimitNOFILE=)", exc.strerror)
+            return 1
         self.notifier.status(f"mounting {self.mount_point}")
         try:
             run_mount(self.ops, self.mount_point, read_only=cfg.read_only, allow_other=cfg.allow_other)
@@ -310,9 +317,13 @@ class Daemon:
                     trigger.set()
 
         observer = Observer()
-        observer.schedule(_Handler(), str(self.config_path.parent), recursive=False)
-        observer.daemon = True
-        observer.start()
+        try:
+            observer.schedule(_Handler(), str(self.config_path.parent), recursive=False)
+            observer.daemon = True
+            observer.start()
+        except OSError as exc:  # EMFILE, or inotify's own limits: reloading still works by SIGHUP
+            log.warning("cannot watch %s (%s): reload with SIGHUP", self.config_path, exc.strerror or exc)
+            return
         self._observer = observer
 
     def _reload_loop(self) -> None:

@@ -1,42 +1,48 @@
 """``AbstractIndex``: what Kafka's sparse segment indexes, ``OffsetIndex`` (.index) and ``TimeIndex``
 (.timeindex), share.
 
-Both are memory-mapped files of fixed-size big-endian entries, read through numpy views over the
-mmap, with Kafka's rules (docs/kafka-format.md sections 2 and 3):
+Both are files of fixed-size big-endian entries with Kafka's rules (docs/kafka-format.md sections 2
+and 3):
 
-* a new file is preallocated to ``roundDown(max_index_size, entry_size)``; an existing file is taken
+* a new file is preallocated to ``roundDown(max_index_size, entry_size)`` sparse, as Kafka's
+  ``setLength`` (``ftruncate``): it costs no disk until entries are written; an existing file is taken
   as ``floor(length / entry_size)`` entries ("assume it is valid"), zero-filled tails included;
-* unlike Kafka's sparse ``setLength``, preallocated space is allocated for real (``posix_fallocate``)
-  before anything is stored through the mapping: on a full disk a store into a hole is a SIGBUS that
-  kills the process, while an allocation fails with ENOSPC where it can be handled (the roll);
+* entries are written with ``pwrite`` (a full disk is ENOSPC, raised to the append) and kept in a
+  process-memory copy the size of the entries in use, which the searches read through numpy views.
+  Nothing is memory-mapped: a store into a hole of a full disk, and on tmpfs even a load from one,
+  is a SIGBUS; reading the file is ``pread``, which returns zeros for holes;
 * ``trim_to_valid_size()`` cuts the file to exactly its entries (roll, clean close);
 * lookups are a binary search restricted to the 8 KiB "warm section" at the end when the target
-  lies there, so in-sync lookups keep touching the same few pages.
+  lies there.
 
 Thread-safety: the owning ``LogSegment`` serialises writers (append, truncate, resize, close).
-Readers may call ``lookup`` / ``entry`` concurrently with an append: an append writes the entry's
-bytes before it bumps ``entries``, so a reader sees either the old or the new last entry. A small
-lock also keeps a reader off a mapping while ``resize`` swaps it (a shrinking remap under a reader
-would otherwise fault on pages past the new end of file).
+Readers may call ``lookup`` / ``entry`` concurrently with an append; the lock keeps them off the
+copy while an append grows it.
 
-Each mapping keeps one file descriptor open (Python's mmap duplicates it). Read-only indexes
-(``writable=False``) are a private copy of the file, not a mapping, so a reader survives the owning
-writer truncating the file under it.
+An index holds no descriptor while idle: the write descriptor opens at the first append and
+``close_files`` (the descriptor budget) closes it again; reopening refuses a symlink (O_NOFOLLOW)
+and names a file that vanished (``SegmentFileMissingError``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
+import errno
 import os
 import threading
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
-from .errors import CorruptIndexError, IndexOffsetOverflowError, ReadOnlyLogError, SeglogError
+from .errors import (
+    CorruptIndexError,
+    IndexOffsetOverflowError,
+    ReadOnlyLogError,
+    SeglogError,
+    SegmentFileMissingError,
+)
 
 __all__ = [
     "DEFAULT_MAX_INDEX_SIZE",
@@ -51,6 +57,8 @@ DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes / log.index.siz
 WARM_SECTION_BYTES = 8192  # Kafka: 8 KiB, at most 3 pages touched per in-sync lookup
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # relative offsets and positions are int32 on disk
 
+
+_FIRST_CAPACITY = 64  # entries of a copy's first allocation; it doubles from there
 
 # Every open of an index file: a symlink planted in a log dir is never followed (ELOOP).
 _NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -73,6 +81,9 @@ class AbstractIndex:
     KEY_FIELD: ClassVar[str]
     VALUE_FIELD: ClassVar[str]
     KIND: ClassVar[str] = "index"
+    #: keep the slot after the last entry allocated: an entry that must not fail (the time index's
+    #: final entry, written on roll and close) then lands where the disk already gave room
+    ALLOCATES_NEXT_SLOT: ClassVar[bool] = False
     RELATIVE_OFFSET_FIELD: ClassVar[str] = "rel"
 
     def __init__(
@@ -89,11 +100,11 @@ class AbstractIndex:
         self.writable = writable
         self._lock = threading.RLock()
         self._warm_entries = WARM_SECTION_BYTES // self.ENTRY_SIZE
-        self._mm: mmap.mmap | None = None
         self._closed = False
-        # Bytes of the file known to be allocated for real: a store into the mapping past them could
-        # need a block the filesystem no longer has, which is a SIGBUS, not an error (see ``reserve``).
-        self._reserved = 0
+        self._fd = -1  # the write descriptor: opened by the first store, closed by close_files()
+        self._dirty = False  # stored since the last flush
+        #: called when the write descriptor opens (the owning segment tells the descriptor budget)
+        self.on_descriptor_opened: Callable[[], None] | None = None
 
         if writable:
             try:
@@ -110,100 +121,133 @@ class AbstractIndex:
                                 f"max_index_size {self.max_index_size} is smaller than one "
                                 f"{self.ENTRY_SIZE}-byte entry ({self._path})"
                             )
-                        # Kafka preallocates a sparse file; we allocate it for real (ENOSPC here, on
-                        # the roll, rather than a SIGBUS at a later store into the mapping).
-                        self._reserve(fd, self._round(self.max_index_size))
+                        # Kafka's setLength: sparse, no block allocated until an entry is written.
+                        os.ftruncate(fd, self._round(self.max_index_size))
+                        if self.ALLOCATES_NEXT_SLOT:
+                            self._allocate_slot(fd, 0, os.fstat(fd).st_size)
                     except BaseException:
                         os.close(fd)
                         fd = -1
                         self._path.unlink(missing_ok=True)
                         raise
-                length = os.fstat(fd).st_size
-                self._map(fd, length)
+                self._load(fd, empty=newly_created)
             finally:
                 if fd >= 0:
                     os.close(fd)
             # Kafka: a new file starts empty; an existing one is "assumed valid" up to its length.
-            self._entries = 0 if newly_created else length // self.ENTRY_SIZE
+            self._entries = 0 if newly_created else self.max_entries
         else:
             fd = os.open(self._path, os.O_RDONLY | _NO_FOLLOW)
             try:
-                length = os.fstat(fd).st_size
-                self._map(fd, length)
+                self._load(fd, empty=False)
             finally:
                 os.close(fd)
             self._entries = self.max_entries  # the file may have shrunk between fstat and pread
         self._after_entries_changed()
 
-    # ------------------------------------------------------------------ mapping
+    # ------------------------------------------------------------------ the entries' copy
 
     def _round(self, size: int) -> int:
         return size - size % self.ENTRY_SIZE
 
-    def _reserve(self, fd: int, length: int) -> None:
-        """Allocate the first ``length`` bytes of ``fd`` for real (``posix_fallocate``; the file grows
-        to at least ``length``). OSError (ENOSPC...) naming the file when the filesystem has no room."""
-        if length > 0:
-            try:
-                os.posix_fallocate(fd, 0, length)
-            except OSError as exc:
-                reason = f"{exc.strerror}: cannot reserve {length} bytes for the {self.KIND}"
-                raise OSError(exc.errno, reason, str(self._path)) from None
-        self._reserved = length
-
-    def reserve(self) -> None:
-        """Make sure every byte of the file is allocated, so no store into the mapping can fault.
-
-        A file this object created or grew already is; one found on disk may be sparse (Kafka
-        preallocates with ``setLength``), and a store into a hole of a full filesystem is a SIGBUS.
-        Raises OSError (ENOSPC...) when the filesystem cannot give the blocks.
-        """
-        self._require_writable()
-        with self._lock:
-            if self._reserved >= self._length:
-                return
-            fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
-            try:
-                self._reserve(fd, self._length)
-            finally:
-                os.close(fd)
-
-    def _ensure_reserved(self, end: int) -> None:
-        """Before a store into the mapping up to byte ``end``: reserve the file if that is not yet done."""
-        if end > self._reserved:
-            self.reserve()
-
-    def _map(self, fd: int, length: int) -> None:
-        """(Re)create the mapping and its numpy views over ``length`` bytes of ``fd``."""
+    def _load(self, fd: int, *, empty: bool) -> None:
+        """Take the file's length, and its entries into memory (none when ``empty``)."""
+        length = os.fstat(fd).st_size
         self._length = length
         self.max_entries = length // self.ENTRY_SIZE
-        if length == 0:
-            # mmap() of 0 bytes fails in Python: use empty views.
-            self._mm = None
-            arr = np.zeros(0, dtype=self.DTYPE)
-        elif self.writable:
-            self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
-            arr = np.frombuffer(self._mm, dtype=self.DTYPE, count=self.max_entries)
-        else:
-            # Readers take a private copy instead of a mapping: the owning writer may trim this very
-            # file (on roll or close), and touching a mapped page past the new end is a SIGBUS.
-            self._mm = None
-            data = os.pread(fd, length, 0)
+        data = b"" if empty or length == 0 else os.pread(fd, length, 0)
+        if not self.writable:
             self._length = len(data)  # kept as read, so sanity_check still sees a torn length
             self.max_entries = self._length // self.ENTRY_SIZE
-            arr = np.frombuffer(data, dtype=self.DTYPE, count=self.max_entries)
+        count = len(data) // self.ENTRY_SIZE
+        if self.writable:
+            self._set_capacity(count)
+            used = count * self.ENTRY_SIZE
+            self._buf[:used] = np.frombuffer(data, dtype=np.uint8, count=used)
+        else:
+            # Readers keep the bytes as read: the owning writer may trim or grow the file under them.
+            self._buf = np.frombuffer(data, dtype=np.uint8, count=count * self.ENTRY_SIZE)
+            self._set_views()
+
+    def _set_capacity(self, entries: int) -> None:
+        """Make the copy hold ``entries`` entries, keeping those in use (the lock held)."""
+        buf = np.zeros(entries * self.ENTRY_SIZE, dtype=np.uint8)
+        old = getattr(self, "_buf", None)
+        if old is not None:
+            keep = min(old.size, buf.size)
+            buf[:keep] = old[:keep]
+        self._buf = buf
+        self._set_views()
+
+    def _set_views(self) -> None:
+        arr = self._buf.view(self.DTYPE)
         self._arr = arr
         self._keys = arr[self.KEY_FIELD]
         self._values = arr[self.VALUE_FIELD]
 
-    def _unmap(self) -> None:
-        mm = self._mm
-        self._arr = self._keys = self._values = np.zeros(0, dtype=self.DTYPE)
-        self._mm = None
-        if mm is not None:
-            # BufferError: something still holds a view; the mapping then goes with its last reference.
-            with contextlib.suppress(BufferError):
-                mm.close()
+    def _write_fd(self) -> int:
+        """The write descriptor, opened when needed (never creating: a vanished file is an error)."""
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
+            except FileNotFoundError:
+                raise SegmentFileMissingError(
+                    errno.ENOENT, f"the {self.KIND} is gone from disk", str(self._path)
+                ) from None
+            if self.on_descriptor_opened is not None:
+                self.on_descriptor_opened()
+        return self._fd
+
+    def _allocate_slot(self, fd: int, slot: int, length: int) -> None:
+        """Write zeros over ``slot`` when the file has it (what a sparse file reads there anyway)."""
+        offset = slot * self.ENTRY_SIZE
+        if offset + self.ENTRY_SIZE <= length:
+            zeros = bytes(self.ENTRY_SIZE)
+            if os.pwrite(fd, zeros, offset) != len(zeros):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self._path))
+
+    def _store(self, slot: int, entry: bytes, *, final: bool = False) -> None:
+        """Write entry ``slot`` to the file, then to the copy (the caller bumps ``entries``).
+        ``final``: the last entry of a roll or close, which allocates no slot after it.
+
+        OSError (ENOSPC...) naming the file when the filesystem cannot take it; the copy is then
+        unchanged."""
+        offset = slot * self.ENTRY_SIZE
+        if self.ALLOCATES_NEXT_SLOT and not final and offset + 2 * self.ENTRY_SIZE <= self._length:
+            entry += bytes(self.ENTRY_SIZE)
+        try:
+            written = os.pwrite(self._write_fd(), entry, offset)
+        except SegmentFileMissingError:
+            raise
+        except OSError as exc:
+            reason = f"{exc.strerror}: cannot write to the {self.KIND}"
+            raise OSError(exc.errno, reason, str(self._path)) from None
+        if written != len(entry):
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: short write", str(self._path))
+        self._dirty = True
+        entry = entry[: self.ENTRY_SIZE]
+        if offset + len(entry) > self._buf.size:
+            capacity = max(2 * (self._buf.size // self.ENTRY_SIZE), _FIRST_CAPACITY, slot + 1)
+            self._set_capacity(min(capacity, max(self.max_entries, slot + 1)))
+        self._buf[offset : offset + len(entry)] = np.frombuffer(entry, dtype=np.uint8)
+
+    def close_files(self) -> bool:
+        """Close the write descriptor unless a writer is using it (False then); the next store
+        reopens it. Nothing else is held."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            return True
+        finally:
+            self._lock.release()
+
+    @property
+    def holds_descriptor(self) -> bool:
+        """Whether the write descriptor is open."""
+        return self._fd >= 0
 
     def _require_writable(self) -> None:
         if not self.writable:
@@ -225,7 +269,7 @@ class AbstractIndex:
 
     @property
     def length(self) -> int:
-        """Current file (and mapping) length in bytes."""
+        """Current file length in bytes."""
         return self._length
 
     @property
@@ -283,12 +327,10 @@ class AbstractIndex:
     # ------------------------------------------------------------------ lifecycle
 
     def resize(self, new_size: int) -> bool:
-        """Set the file length to ``new_size`` rounded down to whole entries and remap.
-
-        Returns False when the length is already that. The entries in use must still fit. Growing
-        allocates the new space for real first: on ENOSPC the OSError propagates and the index is left
-        exactly as it was.
-        """
+        """Set the file length to ``new_size`` rounded down to whole entries (sparse when growing:
+        ``ftruncate``, as Kafka's ``setLength``). Returns False when the length is already that.
+        The entries in use must still fit. OSError (ENOSPC) when the next slot must be allocated
+        and cannot: the file is then left as it was."""
         self._require_writable()
         with self._lock:
             rounded = self._round(int(new_size))
@@ -298,20 +340,18 @@ class AbstractIndex:
                 raise ValueError(
                     f"cannot resize {self._path} to {rounded} bytes: it holds {self._entries} entries"
                 )
-            fd = os.open(self._path, os.O_RDWR | _NO_FOLLOW)
-            try:
-                if rounded > self._length:
-                    try:
-                        self._reserve(fd, rounded)
-                    except OSError:
-                        os.ftruncate(fd, self._length)  # a partial allocation may have grown the file
-                        raise
-                self._unmap()
-                os.ftruncate(fd, rounded)
-                self._map(fd, rounded)
-                self._reserved = min(self._reserved, rounded)
-            finally:
-                os.close(fd)
+            fd = self._write_fd()
+            os.ftruncate(fd, rounded)
+            if self.ALLOCATES_NEXT_SLOT and rounded > self._length:
+                try:
+                    self._allocate_slot(fd, self._entries, rounded)
+                except OSError:
+                    os.ftruncate(fd, self._length)
+                    raise
+            self._length = rounded
+            self.max_entries = rounded // self.ENTRY_SIZE
+            if self._buf.size > rounded:
+                self._set_capacity(self.max_entries)
             return True
 
     def trim_to_valid_size(self) -> None:
@@ -339,47 +379,53 @@ class AbstractIndex:
             self._after_entries_changed()
 
     def reset(self, size: int | None = None) -> None:
-        """Drop every entry and size the file to ``size`` (default ``max_index_size``), all of it
-        allocated (OSError such as ENOSPC when the filesystem has no room)."""
+        """Drop every entry and size the file to ``size`` (default ``max_index_size``), sparse."""
         self._require_writable()
         with self._lock:
             self._truncate_to_entries(0)
+            # Zero length first: the stale entries' blocks go back to the filesystem.
+            self.resize(0)
             self.resize(self.max_index_size if size is None else size)
-            self.reserve()
 
     def flush(self) -> None:
-        """Write the mapped pages to disk (msync)."""
+        """Write the entries stored so far to disk (fsync)."""
         with self._lock:
-            if self._mm is not None and self.writable:
-                self._mm.flush()
+            if self._dirty and self.writable and not self._closed:
+                os.fsync(self._write_fd())
+                self._dirty = False
 
     def close_handler(self) -> None:
-        """Unmap without trimming (Kafka's ``closeHandler``)."""
+        """Drop the copy and the descriptor without trimming (Kafka's ``closeHandler``)."""
         with self._lock:
-            self._unmap()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            self._buf = np.zeros(0, dtype=np.uint8)
+            self._set_views()
             self._closed = True
 
     def close(self) -> None:
-        """Trim to the valid size (writable indexes) and unmap."""
+        """Trim to the valid size (writable indexes) and let go of the file."""
         with self._lock:
             if self._closed:
                 return
-            if self.writable:
-                self.trim_to_valid_size()
-            self.close_handler()
+            try:
+                if self.writable:
+                    self.trim_to_valid_size()
+            finally:
+                self.close_handler()
 
     def rename_to(self, new_path: str | os.PathLike[str]) -> None:
-        """Rename the file (e.g. to ``.deleted``); the mapping stays valid."""
+        """Rename the file (e.g. to ``.deleted``); an open descriptor follows it."""
         new_path = Path(new_path)
         with self._lock:
             os.replace(self._path, new_path)
             self._path = new_path
 
     def delete_if_exists(self) -> bool:
-        """Unmap and delete the file; False when it was already gone."""
+        """Close and delete the file; False when it was already gone."""
         with self._lock:
-            self._unmap()
-            self._closed = True
+            self.close_handler()
             try:
                 self._path.unlink()
             except FileNotFoundError:

@@ -99,3 +99,8 @@ class CloseError(SeglogError):
         self.failures = failures
         details = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
         super().__init__(f"{data_dir}: not closed cleanly (no clean-shutdown marker): {details}")
+
+
+class SegmentFileMissingError(SeglogError, FileNotFoundError):
+    """A segment file the engine had open (and closed to save descriptors) is gone when reopened:
+    removed or renamed behind the daemon's back. Carries ``errno.ENOENT`` and the path."""

@@ -64,10 +64,32 @@ class LogLock:
     def acquire(self) -> LogLock:
         """Take the lock or raise ``LogLockedError`` naming the directory and the holder's pid.
 
-        Acquiring a lock this object already holds does nothing.
+        A log dir's lock is also refused while the data dir holding it is locked (a daemon owns the
+        data dir and all its logs, keeping no descriptor per log: see :meth:`probe`). Acquiring a
+        lock this object already holds does nothing.
         """
         if self._fd is not None:
             return self
+        self._acquire()
+        if self.file_name == LOG_LOCK_FILE:
+            try:
+                _refuse_if_held(data_dir_lock(self.dir.parent), f"{self.what} {self.dir} is in a data dir")
+            except BaseException:
+                self.release()
+                raise
+        return self
+
+    def probe(self) -> None:
+        """Take the lock and let it go at once: ``LogLockedError`` when another writer holds it.
+
+        For a log whose data dir lock the caller holds: that lock keeps every other writer out
+        (their :meth:`acquire` checks it), so the log needs no descriptor of its own, and this
+        probe refuses a log some writer took before the data dir was locked.
+        """
+        self._acquire(record_pid=False)
+        self.release()
+
+    def _acquire(self, *, record_pid: bool = True) -> None:
         # No O_TRUNC: truncating before we hold the lock would wipe the holder's pid.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
@@ -83,13 +105,13 @@ class LogLock:
             error.pid = holder  # type: ignore[attr-defined]
             raise error from None
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            if record_pid:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             os.close(fd)  # also releases the flock
             raise
         self._fd = fd
-        return self
 
     def release(self) -> None:
         """Drop the lock (a no-op when not held)."""
@@ -110,6 +132,28 @@ class LogLock:
 
     def __repr__(self) -> str:
         return f"LogLock({str(self.path)!r}, locked={self.locked})"
+
+
+def _refuse_if_held(lock: LogLock, what: str) -> None:
+    """LogLockedError when ``lock`` (whose file exists) is held by another open file; the probe
+    writes nothing to the file."""
+    try:
+        fd = os.open(lock.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        holder = read_lock_holder(lock.dir, lock.file_name)
+        who = f"pid {holder}" if holder is not None else "another process"
+        error = LogLockedError(f"{what} locked for writing by {who} ({lock.path})")
+        error.path = str(lock.dir)  # type: ignore[attr-defined]
+        error.pid = holder  # type: ignore[attr-defined]
+        raise error from None
+    finally:
+        os.close(fd)  # also drops the probe's flock
 
 
 def data_dir_lock(data_dir: str | Path) -> LogLock:

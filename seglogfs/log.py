@@ -26,6 +26,7 @@ from .checkpoint import fsync_dir
 from .cleaner_transactions import ProducerLastBatch
 from .compression import Compression
 from .config import LogConfig
+from .descriptor_budget import BUDGET
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -127,11 +128,14 @@ class Log(SegmentRemoval):
         clean_shutdown: bool = False,
         create: bool = False,
         clock: Callable[[], float] = time.time,
+        data_dir_locked: bool = False,
     ) -> Log:
         """Open (and with ``create``, make) a log directory; recover it unless it was shut down cleanly
         (see :class:`~seglogfs.log_loader.LogLoader`).
 
-        A writer takes the directory's owner lock (LogLockedError when another process holds it).
+        A writer takes the directory's owner lock (LogLockedError when another process holds it);
+        with ``data_dir_locked`` (the caller holds the data dir's lock, which keeps every other writer
+        out) it only probes it and keeps no descriptor.
         ``read_only`` opens without the lock and never changes a file: missing or corrupt indexes are
         then replaced by scans, and a torn tail is simply not read.
         """
@@ -143,9 +147,12 @@ class Log(SegmentRemoval):
         if not directory.is_dir():
             raise FileNotFoundError(f"no log directory {directory}")
         log_obj = cls(directory, config or LogConfig(), read_only=read_only, clock=clock)
-        if not read_only:
+        if not read_only and data_dir_locked:
+            LogLock(directory).probe()
+        elif not read_only:
             log_obj._owner_lock = LogLock(directory)
             log_obj._owner_lock.acquire()
+        before = _dir_stamp(directory)
         try:
             loader = LogLoader(directory, log_obj.config, read_only=read_only, clock=clock)
             loaded = loader.load(recovery_point, log_start_offset, clean_shutdown)
@@ -154,6 +161,11 @@ class Log(SegmentRemoval):
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
+            log_obj.release_files()  # a log not used yet holds no descriptor
+            # The directory needs an fsync at the next flush only if loading changed it (or the last
+            # run did not close cleanly): an idle log's close then costs no fsync.
+            changed = not clean_shutdown or _dir_stamp(directory) != before
+            log_obj._segment_created = not read_only and changed
         except BaseException:
             for segment in log_obj._segments:
                 segment.close(trim=False)
@@ -163,6 +175,12 @@ class Log(SegmentRemoval):
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
+
+    def release_files(self) -> None:
+        """Close the descriptors of the segments not in use now; they reopen on their next use."""
+        for segment in self._segments:
+            if segment.release_files():
+                BUDGET.forget(segment)
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         # Copy-on-write: readers hold on to whichever list they fetched.
@@ -528,6 +546,8 @@ class Log(SegmentRemoval):
                 discard_new_segment(new)
                 raise
             self._dirty.discard(active)
+            if active.release_files():  # sealed: reopened when read
+                BUDGET.forget(active)
             self._set_segments([*self._segments, new])
             self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
@@ -775,3 +795,8 @@ class Log(SegmentRemoval):
     def __repr__(self) -> str:
         return f"Log({str(self.dir)!r}, start={self._start_offset}, end={self._next_offset})"
 
+
+def _dir_stamp(directory: Path) -> tuple[int, int]:
+    """What changes when an entry of ``directory`` is created, removed or renamed."""
+    st = os.stat(directory)
+    return st.st_mtime_ns, st.st_ctime_ns

@@ -186,10 +186,24 @@ class LogLoader:
 
     def _remove_leftovers(self) -> None:
         """Kafka's first load steps: drop .deleted/.cleaned files, finish complete .swap sets."""
-        cleaned_bases = []
         # Only files named by an offset: anything else is not a segment file of Kafka's (nor of
         # ours), never ours to delete.
-        for path in offset_named_files(self.dir):
+        listing = offset_named_files(self.dir)
+        if any(path.name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)) for path in listing):
+            self._finish_interrupted_changes(listing)
+            listing = offset_named_files(self.dir)
+        # Index files without a .log are deleted, as Kafka does.
+        named = {path: parse_offset_file_name(path.name) or (-1, "") for path in listing}
+        logs = {offset for offset, suffix in named.values() if suffix == LOG_SUFFIX}
+        for path, (offset, suffix) in named.items():
+            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and offset not in logs:
+                path.unlink(missing_ok=True)
+
+    def _finish_interrupted_changes(self, listing: list[Path]) -> None:
+        """Drop .deleted/.cleaned files and finish complete .swap sets (``listing``: the offset-named
+        files)."""
+        cleaned_bases = []
+        for path in listing:
             if path.name.endswith(DELETED_SUFFIX):
                 path.unlink(missing_ok=True)
             elif path.name.endswith(CLEANED_SUFFIX):
@@ -204,12 +218,6 @@ class LogLoader:
             self._complete_swap(swap)
         for swap in offset_named_files(self.dir, SWAP_SUFFIX):  # index swaps with no .log swap left
             swap.rename(swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
-        # Index files without a .log are deleted, as Kafka does.
-        named = {path: parse_offset_file_name(path.name) or (-1, "") for path in offset_named_files(self.dir)}
-        logs = {offset for offset, suffix in named.values() if suffix == LOG_SUFFIX}
-        for path, (offset, suffix) in named.items():
-            if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and offset not in logs:
-                path.unlink(missing_ok=True)
 
     def _complete_swap(self, swap_log: Path) -> None:
         """A valid .swap replaces the segments it covers: [swap base, swap next offset).

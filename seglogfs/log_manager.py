@@ -143,6 +143,7 @@ class LogManager:
                         recovery_point=checkpoints[RECOVERY_POINT_CHECKPOINT].get(key, 0),
                         log_start_offset=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(key, 0),
                         clock=self._clock,
+                        data_dir_locked=self._dir_lock is not None,
                     ))
                 except Exception as exc:  # one log's damage must not stop the others
                     expected = isinstance(exc, (SeglogError, OSError))
@@ -294,7 +295,8 @@ class LogManager:
             log_obj = None
             try:
                 log_obj = Log.open(
-                    directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock
+                    directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock,
+                    data_dir_locked=self._dir_lock is not None,
                 )
                 if fresh:
                     write_partition_metadata(directory)

@@ -20,6 +20,7 @@ _ENTRY = struct.Struct(">ii")  # one entry: relative offset, position (big-endia
 OFFSET_INDEX_ENTRY_SIZE = _ENTRY.size  # 8 bytes
 # NamedTuple's own constructor is a Python call; lookups build their results with the C one.
 _new_tuple = tuple.__new__
+_PACK = _ENTRY.pack
 
 
 class OffsetPosition(NamedTuple):
@@ -41,7 +42,6 @@ class OffsetIndex(AbstractIndex):
     KEY_FIELD = "rel"
     VALUE_FIELD = "pos"
     KIND = "offset index"
-    _PACK = _ENTRY.pack_into
 
     def _after_entries_changed(self) -> None:
         n = self._entries
@@ -83,11 +83,8 @@ class OffsetIndex(AbstractIndex):
             rel = self.relative_offset(offset)
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} does not fit an int32 ({self._path})")
-            entry_end = (n + 1) * OFFSET_INDEX_ENTRY_SIZE
-            self._ensure_reserved(entry_end)
-            assert self._mm is not None
-            # Bytes first, then the count: concurrent readers only look at [0, entries).
-            self._PACK(self._mm, entry_end - OFFSET_INDEX_ENTRY_SIZE, rel, position)
+            # Bytes first, then the count: readers only look at [0, entries).
+            self._store(n, _PACK(rel, position))
             self._entries = n + 1
             self._last_offset = offset
 

@@ -370,23 +370,31 @@ class ProducerStateManager:
         if self.read_only:
             raise ReadOnlyLogError(f"{self.directory} is open read-only: no producer snapshot written")
         path = self.directory / segment_file_name(self._map_end_offset, PRODUCER_SNAPSHOT_SUFFIX)
-        atomic_write(path, snapshot_bytes(self._producers[pid] for pid in sorted(self._producers)))
+        data = snapshot_bytes(self._producers[pid] for pid in sorted(self._producers))
+        if _holds(path, data):
+            return path  # the same snapshot is on disk already (an idle log's close, a restart's open)
+        atomic_write(path, data)
         return path
 
     def delete_snapshots_below(self, offset: int) -> None:
         """Delete the snapshots taken before ``offset`` (Kafka's deleteSnapshotsBefore)."""
         self._delete_snapshots(lambda snap: snap < offset)
 
-    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
+    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> list[tuple[int, Path]]:
+        """Delete the snapshots whose offset is ``doomed`` (a writer's); the others, oldest first."""
+        files = self._snapshot_files()
         if self.read_only:
-            return
-        deleted = False
-        for offset, path in self._snapshot_files():
+            return files
+        kept, deleted = [], False
+        for offset, path in files:
             if doomed(offset):
                 path.unlink(missing_ok=True)
                 deleted = True
+            else:
+                kept.append((offset, path))
         if deleted:
             fsync_dir(self.directory)
+        return kept
 
     def _remove_temp_files(self) -> None:
         """Remove the temp files of snapshots a crash interrupted."""
@@ -414,10 +422,10 @@ class ProducerStateManager:
         replay starts at ``log_start_offset``.
         """
         self._remove_temp_files()
-        self._delete_snapshots(lambda snap: snap < log_start_offset or snap > log_end_offset)
+        kept = self._delete_snapshots(lambda snap: snap < log_start_offset or snap > log_end_offset)
         self._producers.clear()
         self._ongoing.clear()
-        for offset, path in reversed(self._snapshot_files()):
+        for offset, path in reversed(kept):
             if not log_start_offset <= offset <= log_end_offset:
                 continue  # out of range (kept by a read-only load)
             try:
@@ -443,3 +451,17 @@ class ProducerStateManager:
         self._producers[entry.producer_id] = entry
         if entry.current_txn_first_offset is not None:
             self._open_txn(entry, entry.current_txn_first_offset)
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds exactly ``data`` (a file there was written by ``atomic_write``: durable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, len(data) + 1, 0) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -11,6 +11,7 @@ append (a batch becomes visible once ``size`` covers it, and ``size`` moves only
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -20,7 +21,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .errors import CorruptRecordError
+from .descriptor_budget import BUDGET
+from .errors import CorruptRecordError, SegmentFileMissingError
 from .index import DEFAULT_MAX_INDEX_SIZE, AbstractIndex, OffsetIndex, TimeIndex
 from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .records import (
@@ -87,12 +89,18 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._open_flags = flags | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted symlink is ELOOP
         self._fd_value = -1
+        # One item per reader or writer using the descriptor now (append and pop are atomic under the
+        # GIL, so the hot paths take no lock): the budget leaves it open while there are any.
+        self._users: list[None] = []
+        self._pinned = False  # hold_open(): this very file, never closed by the budget
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the .log first opened
         if writable and not self.log_path.exists():
             self._fd_value = os.open(self.log_path, self._open_flags, 0o644)
-        # Existing segments open their .log only when first read or written (1000 segments must not
-        # hold 1000 descriptors); the size comes from the directory entry.
-        #: (st_dev, st_ino) of the .log when opened: see :meth:`vanished`
-        self._identity: tuple[int, int] | None = None
+            self._identity = _identity(self._fd_value)
+        # Existing segments open their .log only when first read or written, and the descriptor
+        # budget closes it again when the segment is idle (5000 logs must not hold 5000
+        # descriptors); the size comes from the directory entry, and (st_dev, st_ino) the identity
+        # every reopen and :meth:`vanished` check.
         try:
             st = os.stat(self.log_path)
             self.size, self._identity = st.st_size, (st.st_dev, st.st_ino)
@@ -114,16 +122,89 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self._indexes_ready = False  # both indexes open (and checked once)
         self._indexes_checked = False  # checked against the .log (or rebuilt) since this object exists
         self._checking_indexes = False
+        if self._fd_value >= 0:
+            BUDGET.touch(self)
 
-    @property
-    def _fd(self) -> int:
-        if self._fd_value < 0:
-            with self._lock:
-                if self._fd_value < 0:
-                    # Never O_CREAT here: a reader reopening a segment retention has deleted must
-                    # fail (FileNotFoundError), not bring back an empty .log.
-                    self._fd_value = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
-        return self._fd_value
+    @contextlib.contextmanager
+    def _log_fd(self) -> Iterator[int]:
+        """The .log's descriptor for the length of the block: opened when the budget closed it (or
+        never opened it), and left open by the budget while the block runs."""
+        fd = self._acquire_fd()
+        try:
+            yield fd
+        finally:
+            self._release_fd()
+
+    def _acquire_fd(self) -> int:
+        """:meth:`_log_fd` for the hot paths (no generator): pair with :meth:`_release_fd`.
+
+        Registers the use before reading the descriptor; ``release_files`` clears the descriptor
+        before it looks for uses (and puts it back when it finds one), so a use either sees a
+        descriptor nobody closes under it or none at all (and opens one under the lock)."""
+        users = self._users
+        users.append(None)
+        fd = self._fd_value
+        if fd < 0:
+            try:
+                with self._lock:
+                    fd = self._fd_value
+                    if fd < 0:
+                        fd = self._fd_value = self._reopen_log()
+            except BaseException:
+                users.pop()
+                raise
+        BUDGET.touch(self)
+        return fd
+
+    def _release_fd(self) -> None:
+        self._users.pop()
+
+    def _reopen_log(self) -> int:
+        """Open the .log (the lock held). Never O_CREAT: a reader reopening a segment retention has
+        deleted must fail, not bring back an empty .log; a writer's .log that vanished is
+        ``SegmentFileMissingError`` (a FileNotFoundError) naming it."""
+        try:
+            fd = os.open(self.log_path, self._open_flags & ~os.O_CREAT)
+        except FileNotFoundError:
+            if not self.writable:
+                raise
+            raise SegmentFileMissingError(
+                errno.ENOENT, "the segment's .log is gone from disk", str(self.log_path)
+            ) from None
+        identity = _identity(fd)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:  # another file under the name: never read it as this one
+            os.close(fd)
+            raise SegmentFileMissingError(
+                errno.ENOENT, "the segment's .log was replaced on disk", str(self.log_path)
+            )
+        return fd
+
+    def release_files(self) -> bool:
+        """Close the .log and the indexes' write descriptors unless they are in use (False then);
+        they reopen on the next use. Called by the descriptor budget."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._pinned:
+                return False
+            fd, self._fd_value = self._fd_value, -1  # first: see _acquire_fd
+            if self._users or not all(
+                index.close_files()
+                for index in (self._offset_index, self._time_index)
+                if isinstance(index, AbstractIndex)
+            ):
+                self._fd_value = fd
+                return False
+            if fd >= 0:
+                os.close(fd)
+            return True
+        finally:
+            self._lock.release()
+
+    def _touch_budget(self) -> None:
+        BUDGET.touch(self)
 
     def vanished(self) -> str | None:
         """Why the file at ``log_path`` is no longer this segment's .log, or None while it is: removed
@@ -134,13 +215,16 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             st = os.stat(self.log_path, follow_symlinks=False)
         except FileNotFoundError:
             return f"{self.log_path} is gone (removed, or its directory was)"
-        if self._fd_value >= 0:
-            own = os.fstat(self._fd_value)
-            if own.st_nlink == 0:
-                return f"{self.log_path} was removed and another file made in its place"
-            identity: tuple[int, int] | None = (own.st_dev, own.st_ino)
-        else:
-            identity = self._identity
+        users = self._users
+        users.append(None)  # a use first, then the descriptor: the budget never closes it under us
+        try:
+            fd = self._fd_value
+            own = os.fstat(fd) if fd >= 0 else None
+        finally:
+            users.pop()
+        if own is not None and own.st_nlink == 0:
+            return f"{self.log_path} was removed and another file made in its place"
+        identity = (own.st_dev, own.st_ino) if own is not None else self._identity
         if identity is not None and (st.st_dev, st.st_ino) != identity:
             return f"{self.log_path} is another file than the one written (replaced, or its directory was)"
         if st.st_size < self.size:
@@ -150,16 +234,18 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     def cut_short(self) -> str | None:
         """Why the .log is shorter than the bytes the segment holds (cut under the process), or None:
         a writer's look before it writes at the end (one fstat)."""
-        size = os.fstat(self._fd).st_size
+        with self._log_fd() as fd:
+            size = os.fstat(fd).st_size
         if size < self.size:
             return f"{self.log_path} was cut to {size} bytes while it holds {self.size}"
         return None
 
     def hold_open(self) -> None:
-        """Open the .log now rather than at the first read: the segment then reads the same file
-        whatever renames follow (a reader's view of a ``.swap`` its owner is about to install).
-        FileNotFoundError when it is gone already."""
-        self._fd  # noqa: B018 - the property opens and keeps the descriptor
+        """Open the .log now rather than at the first read, and keep it open: the segment then reads
+        the same file whatever renames follow (a reader's view of a ``.swap`` its owner is about to
+        install). FileNotFoundError when it is gone already."""
+        with self._log_fd():
+            self._pinned = True
 
     def open_reader_fd(self) -> int:
         """A descriptor of the .log that the caller owns (and closes), for a reader that must outlive
@@ -252,28 +338,29 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         offset_index, time_index = self.offset_index, self.time_index
         entries_before = (offset_index.entries, time_index.entries)
         data = batches[0][0] if len(batches) == 1 else b"".join(batch for batch, _, _ in batches)
-        try:
-            written = os.pwrite(self._fd, data, position)
-            if written != len(data):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
-            batch_position = position
-            for batch, last_offset, max_timestamp in batches:
-                if max_timestamp > self._max_timestamp:
-                    self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
-                if since_entry > self.index_interval_bytes and not (
-                    offset_index.is_full() or time_index.is_full()
-                ):
-                    offset_index.append(last_offset, batch_position)
-                    time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-                    since_entry = 0
-                since_entry += len(batch)
-                batch_position += len(batch)
-        except BaseException:
-            os.ftruncate(self._fd, position)
-            self._max_timestamp, self._offset_of_max_timestamp = previous_max
-            offset_index.limit_entries(entries_before[0])
-            time_index.limit_entries(entries_before[1])
-            raise
+        with self._log_fd() as fd:
+            try:
+                written = os.pwrite(fd, data, position)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
+                batch_position = position
+                for batch, last_offset, max_timestamp in batches:
+                    if max_timestamp > self._max_timestamp:
+                        self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
+                    if since_entry > self.index_interval_bytes and not (
+                        offset_index.is_full() or time_index.is_full()
+                    ):
+                        offset_index.append(last_offset, batch_position)
+                        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                        since_entry = 0
+                    since_entry += len(batch)
+                    batch_position += len(batch)
+            except BaseException:
+                os.ftruncate(fd, position)
+                self._max_timestamp, self._offset_of_max_timestamp = previous_max
+                offset_index.limit_entries(entries_before[0])
+                time_index.limit_entries(entries_before[1])
+                raise
         if position == 0:
             self._rolling_based_timestamp = batches[0][2]
         self._bytes_since_last_index_entry = since_entry
@@ -312,18 +399,29 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
 
     def resize_indexes(self, size: int) -> None:
         """Grow the indexes of the active segment back to their preallocated size (creating them if
-        needed), every byte allocated: OSError (ENOSPC...) when the filesystem has no room, the
-        indexes then left as they were."""
+        needed), sparse as Kafka's: no block is allocated until an entry is written."""
         for index in (self.offset_index, self.time_index):
             index.resize(size)
-            index.reserve()
 
     # ------------------------------------------------------------------ reading
 
     def read(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes of the .log at ``position`` (CorruptRecordError when the file
         ends before the segment's size: cut under the process)."""
-        return pread_within(self._fd, size, position, self.size, self.log_path)
+        fd = self._acquire_fd()
+        try:
+            return pread_within(fd, size, position, self.size, self.log_path)
+        finally:
+            self._release_fd()
+
+    def read_raw(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``position``, however short the file now is (for the survey, which
+        judges a short file itself)."""
+        fd = self._acquire_fd()
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            self._release_fd()
 
     def read_header(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The batch header at ``position`` (None past the end or at a torn tail)."""
@@ -331,7 +429,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         # before touching the file: an empty reader's .log may not exist
         if position + HEADER_SIZE_UP_TO_MAGIC > end:
             return None
-        return pread_header(self._fd, position, end, self.log_path)
+        fd = self._acquire_fd()
+        try:
+            return pread_header(fd, position, end, self.log_path)
+        finally:
+            self._release_fd()
 
     def _header_or_none(self, position: int, end: int) -> BatchHeader | None:
         """The header at ``position`` when it parses and its batch fits before ``end``, else None."""
@@ -372,7 +474,11 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         the walk resumes at the next intact batch. ``fd``: a descriptor of this .log the caller owns,
         to read through instead of the segment's own (the survey reads through the segment's).
         """
-        fd = self._fd if fd is None else fd
+        if fd is None:
+            with self._log_fd() as own:
+                yield from self.iter_batches(start_position, end_position, fd=own, sealed=sealed,
+                                             on_damage=on_damage)
+            return
         sealed = self.offset_limit is not None if sealed is None else sealed
         end = self.size if end_position is None else min(end_position, self.size)
         walk = self._walk_batches(fd, start_position, end, tail_is_damage=sealed and end == self.size)
@@ -416,7 +522,8 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
 
     def flush(self) -> None:
         """fsync the .log and both indexes."""
-        os.fsync(self._fd)
+        with self._log_fd() as fd:
+            os.fsync(fd)
         if self._offset_index is not None:
             self._offset_index.flush()
         if self._time_index is not None:
@@ -433,6 +540,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             if self._fd_value >= 0:
                 os.close(self._fd_value)
                 self._fd_value = -1
+        BUDGET.forget(self)
 
     def rename_suffix(self, suffix: str) -> list[Path]:
         """Append ``suffix`` (``.deleted``) to every file of the segment; returns the new paths.
@@ -522,3 +630,8 @@ def random_roll_jitter(segment_jitter_ms: int, segment_ms: int) -> int:
     if segment_jitter_ms <= 0:
         return 0
     return random.randrange(min(segment_jitter_ms, segment_ms))
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino

@@ -13,7 +13,6 @@ neighbour. Anything else goes to the CRC-checked survey
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from .errors import CorruptRecordError
@@ -36,10 +35,11 @@ class SegmentLookup:
     base_offset: int
     size: int
     offset_limit: int | None
-    _fd: int
     offset_index: OffsetIndex | EmptyIndex
 
     if TYPE_CHECKING:
+
+        def read(self, position: int, size: int) -> bytes: ...
 
         def _header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
         def _find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None: ...
@@ -125,7 +125,7 @@ class SegmentLookup:
     def _crc_holds(self, header: BatchHeader) -> bool:
         """Whether the batch of ``header`` (read from this .log) passes its CRC."""
         try:
-            validate_batch(os.pread(self._fd, header.size, header.position), header.at(0))
+            validate_batch(self.read(header.position, header.size), header.at(0))
         except CorruptRecordError:
             return False
         return True

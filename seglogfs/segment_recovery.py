@@ -10,6 +10,7 @@ against the .log beyond Kafka's sanity check; ``intact_end``, ``read_next_offset
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -48,7 +49,6 @@ class SegmentRecovery:
     _index_lock: threading.RLock
     _indexes_ready: bool
     _checking_indexes: bool
-    _fd: int
     _offset_index: OffsetIndex | EmptyIndex | None
     _time_index: TimeIndex | EmptyIndex | None
     _indexes_checked: bool
@@ -56,8 +56,12 @@ class SegmentRecovery:
     _offset_of_max_timestamp: int
     _rolling_based_timestamp: int | None
     _bytes_since_last_index_entry: int
+    _rebuild_out_of_room: bool = False
 
     if TYPE_CHECKING:
+
+        def _log_fd(self) -> contextlib.AbstractContextManager[int]: ...
+        def _touch_budget(self) -> None: ...
         offset_index: OffsetIndex
         time_index: TimeIndex
 
@@ -102,7 +106,9 @@ class SegmentRecovery:
         """One index: the writer's (created when missing), or a reader's checked copy (an
         ``EmptyIndex`` when it is missing or fails Kafka's sanity check: lookups then scan)."""
         if self.writable:
-            return cls(path, self.base_offset, self.max_index_size, writable=True)
+            index = cls(path, self.base_offset, self.max_index_size, writable=True)
+            index.on_descriptor_opened = self._touch_budget
+            return index
         if not path.exists():
             return EmptyIndex(cls is OffsetIndex, self.base_offset)
         try:
@@ -240,7 +246,8 @@ class SegmentRecovery:
             valid, kept = header.end_position, kept + header.size
         truncated = self.size - valid if cut_torn_tail else 0
         if truncated:
-            os.ftruncate(self._fd, valid)
+            with self._log_fd() as fd:
+                os.ftruncate(fd, valid)
             self.size = valid
         if kept < self.size:
             log.warning("%s: kept %d damaged bytes in place (not cut: intact data follows); their records "
@@ -333,11 +340,16 @@ class SegmentRecovery:
         indexed one. Returns the position of the last indexed batch."""
         if header.max_timestamp > self._max_timestamp:
             self._max_timestamp, self._offset_of_max_timestamp = header.max_timestamp, header.last_offset
-        if header.position - last_indexed > self.index_interval_bytes and not self.offset_index.is_full():
-            # A full index only makes lookups scan further; it must not stop a recovery.
-            self.offset_index.append(header.last_offset, header.position)
-            if not self.time_index.is_full():
-                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+        if (
+            header.position - last_indexed > self.index_interval_bytes
+            and not self.offset_index.is_full()
+            and not self._rebuild_out_of_room
+        ):
+            # A full index (or a full disk) only makes lookups scan further; it must not stop a recovery.
+            with self._no_room_stops_the_rebuild():
+                self.offset_index.append(header.last_offset, header.position)
+                if not self.time_index.is_full():
+                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             return header.position
         return last_indexed
 
@@ -345,18 +357,34 @@ class SegmentRecovery:
         """After a rebuild: the final time entry (the segment's max timestamp), trimmed indexes."""
         self._bytes_since_last_index_entry = self.size - last_indexed
         if self._max_timestamp >= 0 and self.time_index.entries < self.time_index.max_entries:
-            self.time_index.maybe_append(
-                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
-            )
+            with self._no_room_stops_the_rebuild():
+                self.time_index.maybe_append(
+                    self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
+                )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._indexes_checked = True
         self.needs_index_rebuild = False
 
+    @contextlib.contextmanager
+    def _no_room_stops_the_rebuild(self) -> Iterator[None]:
+        """Index entries written during a rebuild: on a full disk (ENOSPC) the indexes keep what they
+        have (valid: lookups scan further) and the rebuild adds no more."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if not self._rebuild_out_of_room:
+                log.warning("no room to index all of %s (%s): lookups scan further",
+                            self.log_path, exc.strerror)
+            self._rebuild_out_of_room = True
+
     def _reset_indexes_for_rebuild(self) -> None:
         """Empty both indexes before a rebuild (``recover``, ``rebuild_indexes``), sized for what this
         .log can need, not the preallocated maximum: a rebuild on a nearly full disk (a restart after
         a crash) must not ask for megabytes it will trim right away."""
+        self._rebuild_out_of_room = False
         entries = self._rebuilt_index_entries()
         time_entries = min(entries + 1, self.max_index_size // TimeIndex.ENTRY_SIZE)  # + the final one
         self._reset_for_rebuild(self.offset_index, entries)

@@ -85,10 +85,13 @@ class SegmentSurvey:
     offset_limit: int | None
     log_path: Path
     index_path: Path
-    _fd: int
     offset_index: OffsetIndex | EmptyIndex
 
     if TYPE_CHECKING:
+
+        def read(self, position: int, size: int) -> bytes: ...
+
+        def read_raw(self, position: int, size: int) -> bytes: ...
 
         def read_header(self, position: int, end: int | None = None) -> BatchHeader | None: ...
         def _header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
@@ -300,7 +303,7 @@ class SegmentSurvey:
         field (a length, a count, a delta, a record) still leaves two."""
         if (before.end_position if before is not None else 0) != damage_at or after.magic < 2:
             return False
-        raw = os.pread(self._fd, V2_HEADER_SIZE, damage_at)
+        raw = self.read(damage_at, V2_HEADER_SIZE)
         if len(raw) < V2_HEADER_SIZE:
             return False
         claimed = unchecked_v2_header(raw)
@@ -319,7 +322,7 @@ class SegmentSurvey:
         if header is None:
             return None, "a batch runs past the end of the segment"
         try:
-            data = os.pread(self._fd, header.size, position)
+            data = self.read_raw(position, header.size)
             if len(data) < header.size:
                 return None, f"the file ends at position {position + len(data)} (cut while open)"
             validate_batch(data, header.at(0), path=self.log_path)
@@ -331,8 +334,7 @@ class SegmentSurvey:
         """The position of the next intact v2 batch at or after ``position`` (``end`` when none):
         a header that parses, a CRC that matches, and a successor that is intact too."""
         while position < end:
-            wanted = min(_READ_CHUNK, end - position)
-            chunk = os.pread(self._fd, wanted, position)
+            chunk = self.read_raw(position, min(_READ_CHUNK, end - position))
             magic = np.frombuffer(chunk, dtype=np.uint8)[MAGIC_OFFSET:]
             for candidate in np.flatnonzero(magic == 2).tolist():
                 if self._plausible_batch_at(position + candidate, end):

@@ -18,6 +18,7 @@ __all__ = ["TIME_INDEX_ENTRY_SIZE", "TimeIndex", "TimestampOffset"]
 
 _ENTRY = struct.Struct(">qi")  # one entry: timestamp (int64), relative offset (int32), big-endian
 TIME_INDEX_ENTRY_SIZE = _ENTRY.size  # 12 bytes
+_PACK = _ENTRY.pack
 
 
 class TimestampOffset(NamedTuple):
@@ -39,7 +40,7 @@ class TimeIndex(AbstractIndex):
     KEY_FIELD = "ts"
     VALUE_FIELD = "rel"
     KIND = "time index"
-    _PACK = _ENTRY.pack_into
+    ALLOCATES_NEXT_SLOT = True  # the final entry of a roll or a close must not meet a full disk
 
     def _after_entries_changed(self) -> None:
         n = self._entries
@@ -96,10 +97,7 @@ class TimeIndex(AbstractIndex):
                         f"No room left in time index {self._path} (size = {n}), even with skip_full_check"
                     )
                 rel = self.relative_offset(offset)
-                entry_end = (n + 1) * TIME_INDEX_ENTRY_SIZE
-                self._ensure_reserved(entry_end)
-                assert self._mm is not None
-                self._PACK(self._mm, entry_end - TIME_INDEX_ENTRY_SIZE, timestamp, rel)
+                self._store(n, _PACK(timestamp, rel), final=skip_full_check)
                 self._entries = n + 1
                 self._last_entry = TimestampOffset(timestamp, offset)
 

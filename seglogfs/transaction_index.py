@@ -138,6 +138,8 @@ class TransactionIndex:
         whole number of entries, a version is not 0, an entry's first offset is past its last, a last
         offset is below the segment's base offset, or the last offsets decrease."""
         data = self._read_file()
+        if not data:  # no file, or no entry: nothing to check (most segments)
+            return
         if len(data) % ABORTED_TXN_SIZE:
             whole = len(data) - len(data) % ABORTED_TXN_SIZE
             raise CorruptIndexError(

@@ -138,29 +138,36 @@ def test_appending_on_a_disk_hovering_at_full_is_enospc_not_sigbus(tiny_disk: Pa
 
 
 def test_a_write_of_several_batches_that_hits_enospc_appends_none_of_them(seglogd, tmp_path: Path) -> None:  # noqa: F811
-    """A write becomes 8 batches (max.message.bytes 1000) that need a roll; a 4 MiB disk has no room
-    for a second segment's 1.2 MB indexes: ENOSPC, and none of the 8 records (4 used to stay)."""
+    """A write becomes 8 batches (max.message.bytes 1000) that need a roll, on a disk with one page
+    free: ENOSPC, and none of the 8 records (4 used to stay); with room again, the next write appends."""
     with small_tmpfs(tmp_path / "tiny4", "4M") as disk:
         d = seglogd(
             data_dir=disk / "data",
             defaults={"segment.bytes": 4096, "max.message.bytes": 1000, "segment.index.bytes": 1200000},
         )
+        filler = Filler(disk / "filler")
         try:
             fd = os.open(d / "events-0" / "append", os.O_WRONLY | os.O_APPEND)
             try:
                 os.write(fd, b"first\n")
+                filler.fill()
+                filler.free()
                 lines = b"".join(b"%d-%s\n" % (i, b"v" * 797) for i in range(8))
                 with pytest.raises(OSError) as err:
                     os.write(fd, lines)
                 assert err.value.errno == errno.ENOSPC, err.value
-                os.write(fd, b"last\n")  # what fits the active segment still appends
+                filler.free(16 * PAGE)
+                os.write(fd, b"last\n")  # with room again, the next write appends
             finally:
                 os.close(fd)
             assert _records(d.mount, "events-0") == [b"first", b"last"]
             assert d.proc is not None and d.proc.poll() is None, _daemon_state(d, "after ENOSPC")
+            filler.close()
             assert d.stop() == 0, d.stderr()[-3000:]
             _no_traceback(d.stderr(), "ENOSPC mid-split")
         finally:
+            with contextlib.suppress(OSError):  # closed already unless the test failed early
+                filler.close()
             d.stop()
 
 
@@ -467,40 +474,66 @@ def test_campaign_a_disk_hovering_at_full(tmp_path: Path, seglogd) -> None:  # n
     print(f"disk-full campaign, seed {SEED}: {totals}")
 
 
-def test_index_space_is_allocated_when_created_grown_or_reset(tmp_path: Path) -> None:
-    """#6 at its root: an index is written through mmap, so every byte of its file must be allocated
-    before any store (Kafka's sparse preallocation turns a full disk into a SIGBUS). Creating, growing
-    and resetting an index allocate the file; an existing sparse file is allocated before its first
-    store."""
+def test_index_files_are_sparse_and_a_full_disk_is_enospc(tmp_path: Path) -> None:
+    """Indexes cost what they hold: a new, grown or reset index file is sparse at its preallocated
+    length (Kafka's setLength), an entry allocates only its page (the time index also the next
+    slot's, for the final entry of a roll or close); on a full disk an entry is ENOSPC with the
+    index unchanged (never a SIGBUS: nothing is stored through a mapping)."""
 
     def allocated(path: Path) -> int:
         return path.stat().st_blocks * 512
 
     created = OffsetIndex(tmp_path / "a.index", 0, 64 * 1024)
-    assert allocated(created.path) >= 64 * 1024
+    assert created.path.stat().st_size == 64 * 1024 and allocated(created.path) == 0
+    for i in range(500):  # 4000 bytes of entries
+        created.append(i, i * 100)
+    assert allocated(created.path) <= 2 * PAGE
     created.trim_to_valid_size()
+    assert created.path.stat().st_size == 4000
     created.resize(128 * 1024)
-    assert allocated(created.path) >= 128 * 1024
+    assert created.path.stat().st_size == 128 * 1024 and allocated(created.path) <= 2 * PAGE
     created.close()
+    assert created.path.stat().st_size == 4000
 
-    sparse = tmp_path / "b.timeindex"
-    with open(sparse, "wb") as f:
-        f.truncate(120_000)  # what Kafka's RandomAccessFile.setLength leaves
-    assert allocated(sparse) < 120_000
-    index = TimeIndex(sparse, 0, 120_000)
-    index.reset()
-    assert allocated(sparse) >= 120_000
-    index.close()
+    times = TimeIndex(tmp_path / "a.timeindex", 0, 120_000)
+    assert times.path.stat().st_size == 120_000 and allocated(times.path) <= PAGE
+    times.reset()
+    assert allocated(times.path) <= PAGE
+    times.close()
 
     found = tmp_path / "c.index"
     with open(found, "wb") as f:
-        f.truncate(80_000)
+        f.truncate(80_000)  # what Kafka's RandomAccessFile.setLength leaves
     index = OffsetIndex(found, 0, 80_000)
-    index.truncate_to(0)  # no store yet: nothing allocated
-    assert allocated(found) < 80_000
-    index.append(5, 100)  # the first store allocates the whole file first
-    assert allocated(found) >= 80_000
+    index.truncate_to(0)
+    index.append(5, 100)
+    assert allocated(found) <= PAGE
     index.close()
+
+    with small_tmpfs(tmp_path / "full", "1M") as disk:
+        full_offsets = OffsetIndex(disk / "b.index", 0, 10 * 1024 * 1024)
+        full_times = TimeIndex(disk / "b.timeindex", 0, 10 * 1024 * 1024)
+        filler = Filler(disk / "filler")
+        filler.fill()
+        try:
+            appended = 0
+            with pytest.raises(OSError) as err:
+                for i in range(PAGE):  # runs out of its page within PAGE // 8 entries
+                    full_offsets.append(i, i)
+                    appended += 1
+            assert err.value.errno == errno.ENOSPC and str(full_offsets.path) in str(err.value)
+            assert full_offsets.entries == appended
+            with pytest.raises(OSError) as err:
+                for i in range(PAGE):
+                    full_times.maybe_append(1000 + i, i)
+            assert err.value.errno == errno.ENOSPC
+            entries = full_times.entries
+            full_times.maybe_append(10**6, 10**5, skip_full_check=True)  # the final entry has its room
+            assert full_times.entries == entries + 1
+            full_offsets.close()
+            full_times.close()
+        finally:
+            filler.close()
 
 
 @pytest.mark.parametrize("clean", [True, False])

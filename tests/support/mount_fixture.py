@@ -89,6 +89,7 @@ class Seglogd:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "seglogd", "--config", str(self.config_path)],
                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=self.env,
+                preexec_fn=self.extra.get("preexec_fn"),  # e.g. a lower RLIMIT_NOFILE
             )
         if wait:
             self.wait_mounted(timeout)
