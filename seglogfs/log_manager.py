@@ -295,8 +295,8 @@ class LogManager:
             log_obj = None
             try:
                 log_obj = Log.open(
-                    directory, self.config_for(name), create=True, clean_shutdown=not fresh, clock=self._clock,
-                    data_dir_locked=self._dir_lock is not None,
+                    directory, self.config_for(name), create=True, clean_shutdown=not fresh,
+                    clock=self._clock, data_dir_locked=self._dir_lock is not None,
                 )
                 if fresh:
                     write_partition_metadata(directory)

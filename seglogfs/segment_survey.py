@@ -334,7 +334,8 @@ class SegmentSurvey:
         """The position of the next intact v2 batch at or after ``position`` (``end`` when none):
         a header that parses, a CRC that matches, and a successor that is intact too."""
         while position < end:
-            chunk = self.read_raw(position, min(_READ_CHUNK, end - position))
+            wanted = min(_READ_CHUNK, end - position)
+            chunk = self.read_raw(position, wanted)
             magic = np.frombuffer(chunk, dtype=np.uint8)[MAGIC_OFFSET:]
             for candidate in np.flatnonzero(magic == 2).tolist():
                 if self._plausible_batch_at(position + candidate, end):
