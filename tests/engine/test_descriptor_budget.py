@@ -12,7 +12,7 @@ import pytest
 
 from seglogfs.config import LogConfig
 from seglogfs.descriptor_budget import BUDGET, DESCRIPTORS_PER_HOLDER, budget_for_limit
-from seglogfs.errors import SegmentFileMissingError
+from seglogfs.errors import LogOfflineError, SegmentFileMissingError
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 
@@ -60,17 +60,28 @@ def test_logs_past_the_budget_close_their_files_and_reopen_them(tmp_path: Path, 
         assert len(BUDGET) <= LIMIT
 
 
-def test_a_file_gone_while_closed_is_a_clear_error_and_a_planted_symlink_is_refused(
-    tmp_path: Path, small_budget: None
-) -> None:
+def test_a_file_gone_while_closed_takes_the_log_offline(tmp_path: Path, small_budget: None) -> None:
+    """A .log the budget closed and that vanished meanwhile is found at the reopen: the append is
+    refused (nothing acknowledged) and the log goes offline, naming the file."""
+    lg = Log.open(tmp_path / "a-0", create=True)
+    lg.append_values([b"one"])
+    lg.release_files()
+    segment = lg.segments[-1]
+    segment.log_path.rename(tmp_path / "moved.log")
+    with pytest.raises(LogOfflineError, match="is gone") as info:
+        lg.append_values([b"two"])
+    assert isinstance(info.value.__cause__, SegmentFileMissingError)
+    assert info.value.__cause__.errno == errno.ENOENT and str(segment.log_path) in str(info.value)
+    assert lg.end_offset == 1 and lg.offline_reason is not None
+    lg.abandon()
+
+
+def test_a_planted_symlink_is_refused_at_the_reopen(tmp_path: Path, small_budget: None) -> None:
     with Log.open(tmp_path / "a-0", create=True) as lg:
         lg.append_values([b"one"])
         lg.release_files()
         segment = lg.segments[-1]
         segment.log_path.rename(tmp_path / "moved.log")
-        with pytest.raises(SegmentFileMissingError, match="is gone from disk") as info:
-            lg.append_values([b"two"])
-        assert info.value.errno == errno.ENOENT and str(segment.log_path) in str(info.value)
         os.symlink(tmp_path / "moved.log", segment.log_path)
         with pytest.raises(OSError) as loop:
             lg.read(0)
