@@ -244,7 +244,7 @@ def test_a_mkdir_failing_with_emfile_leaves_no_log_and_no_descriptor(seglogd) ->
             break
         assert not (d.data_dir / name).exists(), sorted(os.listdir(d.data_dir / name))
         assert wait_for(lambda n=before: _open_descriptors(pid) <= n), (before, _open_descriptors(pid))
-    assert created is not None and extra > 2  # it failed at several steps before it succeeded
+    assert created is not None and extra >= 2  # it failed at each step that opens a file first
     assert {"partition.metadata", "00000000000000000000.log"} <= set(os.listdir(d.data_dir / created))
     subprocess.run(["bash", "-c", f"echo x >> {d / created / 'append'}"], check=True)
     assert d.stop() == 0
@@ -261,7 +261,7 @@ def test_a_mkdir_failing_with_enospc_leaves_no_log(seglogd, tmp_path: Path) -> N
     try:
         d = seglogd(data_dir=data, logs={}, defaults={"segment.index.bytes": 65536})
         created = []
-        for i in range(20):
+        for i in range(400):  # sparse indexes: a fresh log costs a few pages (its checkpoints)
             try:
                 os.mkdir(d / f"m-{i}")
             except OSError as exc:
@@ -272,10 +272,10 @@ def test_a_mkdir_failing_with_enospc_leaves_no_log(seglogd, tmp_path: Path) -> N
         else:
             raise AssertionError("a 256 KiB disk never filled up")
         assert created
-        assert sorted(os.listdir(d.mount)) == created
+        assert sorted(os.listdir(d.mount)) == sorted(created)
         d.stop()
         d.start()
-        assert sorted(os.listdir(d.mount)) == created
+        assert sorted(os.listdir(d.mount)) == sorted(created)
         d.cleanup()
     finally:
         if subprocess.run(["umount", str(data)], check=False).returncode != 0:
