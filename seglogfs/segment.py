@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import random
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -94,8 +95,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         #: (st_dev, st_ino) of the .log when opened: see :meth:`vanished`
         self._identity: tuple[int, int] | None = None
         try:
-            st = os.stat(self.log_path)
-            self.size, self._identity = st.st_size, (st.st_dev, st.st_ino)
+            st = os.lstat(self.log_path)  # the entry itself: a planted symlink is not the file it names
+            self._identity = (st.st_dev, st.st_ino)
+            self.size = os.stat(self.log_path).st_size if stat.S_ISLNK(st.st_mode) else st.st_size
         except FileNotFoundError:
             if writable:
                 raise
