@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import random
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -102,8 +103,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         # descriptors); the size comes from the directory entry, and (st_dev, st_ino) the identity
         # every reopen and :meth:`vanished` check.
         try:
-            st = os.stat(self.log_path)
-            self.size, self._identity = st.st_size, (st.st_dev, st.st_ino)
+            st = os.lstat(self.log_path)  # the entry itself: a planted symlink is not the file it names
+            self._identity = (st.st_dev, st.st_ino)
+            self.size = os.stat(self.log_path).st_size if stat.S_ISLNK(st.st_mode) else st.st_size
         except FileNotFoundError:
             if writable:
                 raise

@@ -37,7 +37,7 @@ def remember_sealed_total(segment: LogSegment, fmt: str, total: SealedTotal) -> 
         _TOTALS.setdefault(segment, {})[fmt] = total
 
 
-def forget_sealed_totals(segment: LogSegment) -> None:
-    """Forget what scans of ``segment`` found (it was damaged since)."""
+def forget_sealed_total(segment: LogSegment, fmt: str) -> None:
+    """Forget what a scan of ``segment`` in format ``fmt`` found (it was damaged since)."""
     with _LOCK:
-        _TOTALS.pop(segment, None)
+        _TOTALS.get(segment, {}).pop(fmt, None)

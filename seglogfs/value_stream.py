@@ -51,7 +51,7 @@ from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment, pread_within
 from seglogfs.stream_format import VALUES, StreamFormat
 from seglogfs.stream_reader import StreamReader
-from seglogfs.stream_totals import SealedTotal, forget_sealed_totals, remember_sealed_total, sealed_total
+from seglogfs.stream_totals import SealedTotal, forget_sealed_total, remember_sealed_total, sealed_total
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
@@ -444,8 +444,12 @@ class ValueStream:
             seg.segment, sealed=seg.sealed, dropped=seg.dropped, min_offset=seg.min_offset,
             first_position=seg.first_position,
         )
-        forget_sealed_totals(seg.segment)  # counted before the damage
-        self._scan(fresh)
+        shared = sealed_total(seg.segment, self._totals_key) if seg.whole else None
+        if shared is not None and shared.nbytes < seg.nbytes:
+            self._scan(fresh, report=False)  # another stream counted it again since, and logged why
+        else:
+            forget_sealed_total(seg.segment, self._totals_key)  # counted before the damage
+            self._scan(fresh)
         if fresh.nbytes == seg.nbytes:
             return False
         if seg.base_offset in self._with_table:

@@ -185,6 +185,10 @@ def test_a_segment_cut_under_the_running_daemon_costs_only_its_lost_records(tmp_
             with pytest.raises(OSError) as exc:
                 (daemon / LOG / "by-offset" / str(cut.base_offset + 1)).read_bytes()
             assert exc.value.errno == errno.EIO
+            for view in ("records.jsonl", "from/0"):
+                got = subprocess.run(["cat", str(daemon / LOG / view)], capture_output=True, check=False)
+                assert got.returncode == 0, f"{view}: {got.stderr!r}"
+                assert len(got.stdout.splitlines()) == len(expected.splitlines()), view
         assert daemon.stop() == 0
         daemon.start()  # the same damage found at start: the same records
         assert records.read_bytes() == expected
@@ -194,4 +198,5 @@ def test_a_segment_cut_under_the_running_daemon_costs_only_its_lost_records(tmp_
     assert "Traceback" not in stderr, stderr
     for path, position in cuts:
         named = [line for line in stderr.splitlines() if f"records: {path}: position {position}:" in line]
-        assert len(named) == 1 and "offsets" in named[0], f"{path} position {position}: {named}\n{stderr}"
+        # once per format, as at start: values (records and from/0 share the count) and JSON lines
+        assert len(named) == 2 and "offsets" in named[0], f"{path} position {position}: {named}\n{stderr}"
