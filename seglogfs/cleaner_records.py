@@ -358,7 +358,10 @@ def batch_fates(source: Window, txns: CleanerTransactions, now_ms: int) -> Batch
         if header.is_control:
             fates.control[i] = True
             empty = header.records_count == 0
-            marker = None if empty else end_txn_marker(header, source.data(header))
+            try:
+                marker = None if empty else end_txn_marker(header, source.data(header))
+            except CorruptRecordError:
+                marker = None  # not a marker this clean can read: kept as it is, as other control types
             if txns.control_batch(header, marker, empty=empty):
                 if header.has_delete_horizon:
                     fates.discard[i] = header.base_timestamp <= now_ms

@@ -468,7 +468,8 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         Reads in large chunks. A batch running past the end is a torn tail (a batch still being
         written: the walk stops silently) only where the segment can still grow; in a ``sealed``
         segment (by default: one a later segment follows) walked to its end it is damage, like a size
-        field no batch can have. Damage raises CorruptRecordError naming the file and position, unless
+        field no batch can have. Damage raises CorruptRecordError naming the file and position, and
+        so does a batch whose offsets nothing vouches for (:meth:`_vouched_offsets`), unless
         ``on_damage`` is given: then every batch is also CRC-checked, and from the first damage or
         break in the offsets on (a gap is no break: offsets strictly increasing and CRCs holding,
         as in a compacted log), the walk continues with :meth:`find_batch`'s careful survey: each
@@ -485,12 +486,54 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         end = self.size if end_position is None else min(end_position, self.size)
         walk = self._walk_batches(fd, start_position, end, tail_is_damage=sealed and end == self.size)
         if on_damage is None:
-            yield from walk
+            yield from self._vouched_offsets(walk)
             return
         previous, finished = yield from self._intact_run(walk)
         if finished:
             return
         yield from self._batches_past_damage(fd, start_position, end, previous, on_damage)
+
+    def _vouched_offsets(
+        self, walk: Iterator[tuple[BatchHeader, bytes]]
+    ) -> Iterator[tuple[BatchHeader, bytes]]:
+        """``walk``'s batches, each once something vouches for its offsets (a baseOffset lies outside
+        the CRC): the batch before it ending right before it (or, for the first at position 0, the
+        segment's base offset); past a gap, the batch after it starting after it ends (it is held
+        until then), as :meth:`find_batch` crosses gaps. Offsets that overlap the batch before, or run
+        past the segment's range, raise CorruptRecordError; the first batch of a walk from inside the
+        segment is the caller's (found through the index). The CRCs are the caller's to check."""
+        previous: BatchHeader | None = None
+        pending: tuple[BatchHeader, bytes] | None = None  # past a gap: waits for the next batch
+        for item in walk:
+            header = item[0]
+            why = self._offsets_break(previous, header)
+            if why:
+                at = pending[0] if pending is not None else header  # a moved baseOffset shows past it
+                raise CorruptRecordError(f"damaged batch: {why}", self.log_path, at.position)
+            if pending is not None:
+                yield pending
+                pending = None
+            expected = self.base_offset if previous is None else previous.last_offset + 1
+            if header.magic >= 2 and header.base_offset > expected and (previous or header.position == 0):
+                pending = item
+            else:
+                yield item
+            previous = header
+        if pending is not None:
+            yield pending
+
+    def _offsets_break(self, previous: BatchHeader | None, header: BatchHeader) -> str:
+        """Why ``header``'s offsets cannot follow ``previous``'s in this segment ("" when they can)."""
+        if not self._offsets_fit(header):
+            return f"offsets up to {header.last_offset} run past the segment's range"
+        if previous is None:
+            if header.position == 0 and header.magic >= 2 and header.base_offset < self.base_offset:
+                return f"baseOffset {header.base_offset} is below the base offset {self.base_offset}"
+            return ""
+        first = header.base_offset if header.magic >= 2 else header.last_offset
+        if first <= previous.last_offset:
+            return f"offsets from {first} overlap the batch before's (up to {previous.last_offset})"
+        return ""
 
     def _walk_batches(
         self, fd: int, position: int, end: int, *, tail_is_damage: bool

@@ -32,6 +32,7 @@ from seglogfs.log import Log
 from seglogfs.log_files import CLEAN_SHUTDOWN_FILE
 from seglogfs.log_manager import LogManager
 from seglogfs.records import iter_batch_headers
+from seglogfs.verifier import verify_paths
 
 LOG = "c-0"
 # Small segments with several batches between two index entries: a damaged batch in the middle of an
@@ -208,6 +209,32 @@ def test_damage_is_named_in_the_read_error(tmp_path: Path) -> None:
     with LogManager(tmp_path / "d", CFG) as manager, pytest.raises(CorruptRecordError) as raised:
         manager.get(LOG).read(header.last_offset)
     assert str(path) in str(raised.value) and f"position {header.position}" in str(raised.value)
+
+
+@pytest.mark.parametrize("shift", [1, 2, -1])
+def test_a_moved_base_offset_never_reaches_iter_records_under_wrong_offsets(
+    tmp_path: Path, shift: int
+) -> None:
+    """A baseOffset (outside the CRC) changed in a sealed segment: Log.iter_batches / iter_records
+    served the batch's records under the wrong offsets (each value names its own). Every batch whose
+    offsets nothing vouches for is damage now: the walk stops there with CorruptRecordError, and
+    ``verify`` reports it."""
+    build(tmp_path / "d")
+    path = sorted((tmp_path / "d" / LOG).glob("*.log"))[1]
+    original = path.read_bytes()
+    for header in batches_of(path):
+        patch(path, header.position, struct.pack(">q", header.base_offset + shift))
+        with LogManager(tmp_path / "d", CFG) as manager:
+            lg = manager.get(LOG)
+            served = []
+            with pytest.raises(CorruptRecordError) as raised:
+                for record in lg.iter_records():
+                    served.append(record.offset)
+                    assert record.value.startswith(b"%010d|" % record.offset), (header.base_offset, record)
+            assert str(path) in str(raised.value)
+            assert served == list(range(len(served))) and served[-1] >= header.base_offset - 1
+        assert not verify_paths([tmp_path / "d" / LOG]).ok
+        path.write_bytes(original)
 
 
 # ---------------------------------------------------------------------------- the standing campaign

@@ -381,6 +381,20 @@ def test_a_damaged_length_field_is_data_loss_not_the_end(tmp_path: Path, caplog,
     assert_loss_of_only(victim, seg, log_dir, caplog)
 
 
+def test_a_moved_base_offset_is_data_loss(tmp_path: Path, caplog) -> None:
+    """A baseOffset (outside the CRC) moved by one: failOnDataLoss=true read the batch's rows under
+    the wrong offsets; now it raises, naming file and position, and false skips only that batch."""
+    log_dir = make_log(tmp_path, "moved", batches=6, segment_bytes=10**6)
+    seg = next(log_dir.glob("*.log"))
+    from seglogfs.records import iter_batch_headers
+
+    data = bytearray(seg.read_bytes())
+    victim = list(iter_batch_headers(bytes(data)))[2]
+    data[victim.position : victim.position + 8] = (victim.base_offset + 1).to_bytes(8, "big")
+    seg.write_bytes(bytes(data))
+    assert_loss_of_only(victim, seg, log_dir, caplog)
+
+
 # ------------------------------------------------------------------ streaming planning (no JVM)
 
 
