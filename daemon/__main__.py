@@ -36,8 +36,9 @@ def _setup_logging(level: str) -> None:
 
 
 def _raise_open_files_limit() -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard limit: every segment in use holds its .log and two
-    index files open (Kafka's operators raise this limit too; the systemd unit sets LimitNOFILE)."""
+    """Raise the soft RLIMIT_NOFILE to the hard limit: segments in use hold their .log (and, while
+    written, their indexes) open, up to a budget of half this limit (seglogfs.descriptor_budget);
+    the systemd unit sets LimitNOFILE."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:

@@ -6,14 +6,16 @@ written again on a clean close) and the text checkpoints ``recovery-point-offset
 ``cleaner-offset-checkpoint``), so a directory written here is one a broker can load, and a broker's
 directory opens here. It owns the log cleaner (:mod:`seglogfs.cleaner_manager`), as Kafka's does.
 
-A writer locks the data dir (``.lock``, as a broker does) besides each log dir. Loading follows no
-symlink, and one log's damage stops nothing: a log that cannot be opened, or whose topic-partition
-another directory also claims (``c`` and ``c-0``), is *offline* (see :attr:`LogManager.offline`): left
-untouched on disk, its checkpoint lines carried over unchanged, while every other log serves. A log
-whose files vanish while it is open (its directory removed or replaced: :meth:`Log.check_files`, at each
-append and each maintenance round) goes offline too: its checkpoint lines are dropped (the next start
-recovers whatever is then there from its start) and the close that follows writes no clean-shutdown
-marker.
+A writer locks the data dir (``.lock``, as a broker does); its logs keep no lock descriptor of their
+own (each log dir's lock is probed at open, and every other writer of a log checks the data dir's
+lock, see :meth:`~seglogfs.lock.LogLock.acquire`), so thousands of logs cost no descriptors.
+Loading follows no symlink, and one log's damage stops nothing: a log that cannot be opened, or whose
+topic-partition another directory also claims (``c`` and ``c-0``), is *offline* (see
+:attr:`LogManager.offline`): left untouched on disk, its checkpoint lines carried over unchanged, while
+every other log serves. A log whose files vanish while it is open (its directory removed or replaced:
+:meth:`Log.check_files`, at each append and each maintenance round) goes offline too: its checkpoint
+lines are dropped (the next start recovers whatever is then there from its start) and the close that
+follows writes no clean-shutdown marker.
 """
 
 from __future__ import annotations

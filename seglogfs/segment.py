@@ -201,9 +201,23 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                 return False
             if fd >= 0:
                 os.close(fd)
+            self._drop_sealed_indexes()
             return True
         finally:
             self._lock.release()
+
+    def _drop_sealed_indexes(self) -> None:
+        """A sealed segment's index copies go too (memory the size of their entries); they load
+        again on the next lookup. Readers holding them keep theirs. Skipped while they are being
+        opened or checked."""
+        if self.offset_limit is None or not self._index_lock.acquire(blocking=False):
+            return
+        try:
+            if not self._checking_indexes:
+                self._offset_index = self._time_index = None
+                self._indexes_ready = False
+        finally:
+            self._index_lock.release()
 
     def _touch_budget(self) -> None:
         BUDGET.touch(self)

@@ -193,7 +193,8 @@ class SegmentRecovery:
         segment now. The active segment's are a writer's, never rebuilt under its feet: that waits for
         the next load, which checks them."""
         if self.offset_limit is not None or not self.writable:
-            self._index_failed(problem)
+            with self._index_lock:  # the descriptor budget leaves the indexes alone meanwhile
+                self._index_failed(problem)
 
     def time_entry_holds(self, timestamp: int, offset: int) -> bool:
         """Whether the batch ending at ``offset`` has max timestamp ``timestamp`` (what a time-index

@@ -301,6 +301,8 @@ class Notifier:
             self._names = names
         logs = dict(self.manager.logs)
         for name, lg in logs.items():
+            if self._stop.is_set():  # a pass over thousands of logs must not outlive the mount
+                return done
             state = LogState.of(lg, self.stream_rebases(name))
             old = self._states.get(name)
             # each change is forgotten only once it was invalidated: one that raised is retried

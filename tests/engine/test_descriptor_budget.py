@@ -58,6 +58,8 @@ def test_logs_past_the_budget_close_their_files_and_reopen_them(tmp_path: Path, 
             assert manager.logs[name].read(12).value.startswith(b"%s-1-" % name.encode())  # via the index
         assert _open_fds() - before <= 2 + LIMIT * DESCRIPTORS_PER_HOLDER
         assert len(BUDGET) <= LIMIT
+        sealed = [s for name in names for s in manager.logs[name].segments[:-1]]
+        assert sealed and sum(s._offset_index is not None for s in sealed) <= LIMIT  # copies dropped too
 
 
 def test_a_file_gone_while_closed_takes_the_log_offline(tmp_path: Path, small_budget: None) -> None:
