@@ -91,11 +91,19 @@ def test_a_compacted_records_is_exact_for_each_new_open_under_steady_readers(seg
         for poller in pollers:
             poller.join(30)
         followed = read_stdout_until(tail, lambda out: out.endswith(b"last\n"), timeout=10)
+        expected = b"".join(value + b"\n" for value in values)
+        # tail -f still holds the old generation: a new `tail -n` seeks back from st_size into its own
+        tail_n = subprocess.run(["tail", "-n", "5", str(records)], capture_output=True, check=True).stdout
+        assert tail_n == b"".join(value + b"\n" for value in values[-5:])
+        assert os.stat(records).st_size >= len(expected)
     finally:
         stop.set()
         tail.kill()
         tail.wait()
-    expected = b"".join(value + b"\n" for value in values)
+    # nobody holds the path: once it has been quiet, its size is the log's bytes again
+    time.sleep(2.0)
+    assert records.read_bytes() == expected
+    _wait_until(lambda: os.stat(records).st_size == len(expected), timeout=5, interval=0.05)
     survivors = set(values)
     for interval, taken in samples.items():
         late = [out for started, _, out in taken if started > settled_at + 1.0]
