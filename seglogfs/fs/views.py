@@ -60,34 +60,50 @@ class StreamViews:
              held_only: bool = False) -> int | None:
         """The size of the path: the largest end of its generations. With ``held_only`` (``from/<n>``
         below the log start), None unless a reader has one of its streams open."""
-        with self._lock:
-            key = self._held_key(lg, first_offset, fmt) if held_only else self._key(lg, first_offset, fmt)
-            if key is None:
-                return None
-            return max(stream.size() for stream in self._generations(key))
+        generations = self._select(lg, first_offset, fmt, held_only)
+        if generations is None:
+            return None
+        # counted outside the lock: a first count of a big log holds no other path
+        return max(stream.size() for stream in generations[1])
 
     def reader(self, lg: Log, first_offset: int | None, fmt: StreamFormat, *,
                held_only: bool = False) -> StreamReader | None:
         """A reader of the path for one open file: of a new generation when the current one no longer
         shows the log as it is (see the module doc). With ``held_only``, None unless a reader has one
         of its streams open."""
+        selected = self._select(lg, first_offset, fmt, held_only)
+        if selected is None:
+            return None
+        key, generations = selected
+        end = max(stream.size() for stream in generations)  # may rebase a quiet current stream
+        current = generations[-1]
+        if current.outdated:
+            fresh = ValueStream(lg, first_offset=first_offset, fmt=fmt, isolation=current.isolation,
+                                end_at=end)
+            with self._lock:
+                if self._streams.get(key) is current:
+                    self._older.setdefault(key, []).append(current)  # dropped at once if nobody reads it
+                    self._streams[key] = fresh
+                    self._generations(key)
+                current = self._streams.get(key, fresh)
+        reader = current.reader()
+        with self._lock:  # replaced meanwhile by another open's new generation: keep it while read
+            if key in self._streams and self._streams[key] is not current:
+                older = self._older.setdefault(key, [])
+                if all(stream is not current for stream in older):
+                    older.append(current)
+                self._generations(key)
+        return reader
+
+    def _select(self, lg: Log, first_offset: int | None, fmt: StreamFormat,
+                held_only: bool) -> tuple[_Key, list[ValueStream]] | None:
+        """The key of the path and its generations (see :meth:`_generations`); None with ``held_only``
+        when no reader has one of its streams open."""
         with self._lock:
             key = self._held_key(lg, first_offset, fmt) if held_only else self._key(lg, first_offset, fmt)
             if key is None:
                 return None
-            generations = self._generations(key)
-            end = max(stream.size() for stream in generations)  # may rebase a quiet current stream
-            current = generations[-1]
-            if current.outdated:
-                fresh = ValueStream(lg, first_offset=first_offset, fmt=fmt, isolation=current.isolation,
-                                    end_at=end)
-                if current.readers:
-                    self._older.setdefault(key, []).append(current)
-                else:
-                    self._retired[lg.name] = self._retired.get(lg.name, 0) + current.rebases
-                self._streams[key] = current = fresh
-                self._generations(key)
-            return current.reader()
+            return key, self._generations(key)
 
     def _key(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> _Key:
         """The key of the path's current stream, made if missing (the caller holds the lock)."""
