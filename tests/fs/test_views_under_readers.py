@@ -12,9 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cleaner_helpers import compact_config, open_manager
+from support.engine_helpers import ManualClock
 from support.mount_fixture import Seglogd, fuse_required, read_stdout_until, seglogd  # noqa: F401
 
+from seglogfs import value_stream
+from seglogfs.fs.views import StreamViews
+from seglogfs.records import ProducerRecord
+from seglogfs.stream_format import VALUES
+
 ROUNDS, KEYS = 40, 50
+BIG = 1 << 24
 
 COMPACTED = {
     "cleanup.policy": "compact",
@@ -53,6 +61,51 @@ def _wait_until(what, timeout: float = 60.0, interval: float = 0.2):
             return got
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_after_a_clean_a_new_open_gets_a_generation_ending_where_the_held_one_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = compact_config(file_delete_delay_ms=0, segment_bytes=400)
+    with open_manager(tmp_path, cfg, ManualClock()) as manager:
+        lg = manager.create_log("t-0")
+
+        def append(first: int, count: int) -> None:
+            for n in range(first, first + count):
+                lg.append([ProducerRecord(key=b"k%d" % (n % 10), value=b"v%05d" % n)])
+
+        def log_lines() -> bytes:
+            return b"".join(r.value + b"\n" for r in lg.iter_records())
+
+        append(0, 60)
+        views = StreamViews()
+        held = views.reader(lg, None, VALUES)  # tail -f
+        seen = held.read(0, BIG)
+        assert seen == log_lines()
+        while manager.clean_once() is not None:
+            pass
+        lg.delete_old_segments()  # file.delete.delay.ms 0: the replaced files go at once
+        compacted = log_lines()
+        assert len(compacted) < len(seen), "the cleaner removed nothing: the test proves nothing"
+        assert views.size(lg, None, VALUES) == len(seen)  # one size, right for the held reader
+        fresh = views.reader(lg, None, VALUES)
+        assert fresh.read(0, BIG) == compacted  # the log as it is, from the hole's end
+        # tail -n of a new open seeks back from st_size: its own generation's last records
+        tailer = views.reader(lg, None, VALUES)
+        assert tailer.read(len(seen) - 7, BIG) == compacted[-7:]
+        tailer.close()
+        append(60, 3)
+        added = b"v00060\nv00061\nv00062\n"
+        assert views.size(lg, None, VALUES) == len(seen) + len(added)
+        assert held.read(len(seen), BIG) == added  # the held reader goes on, nothing twice
+        assert fresh.read(len(compacted), BIG) == added  # its positions: the hole skipped
+        # every reader gone and the path quiet: the hole goes, and the size says so
+        held.close()
+        fresh.close()
+        rebases = views.rebases("t-0")
+        monkeypatch.setattr(value_stream, "QUIET_BEFORE_REBASE_S", 0.0)
+        assert views.size(lg, None, VALUES) == len(compacted) + len(added)
+        assert views.rebases("t-0") > rebases
 
 
 @pytest.mark.fuse
