@@ -68,8 +68,8 @@ def run_mount(
     options = mount_options(read_only=read_only, allow_other=allow_other)
     # Several threads: a request that blocks (an fsync, a cold read of a big file, a wait for a log's
     # lock) holds only its own thread, so other clients' requests go on. Each worker keeps its
-    # Python thread state (seglogfs.fs.fast_callbacks.keep_thread_state), which makes a request cost
-    # about what it costs on the single-threaded loop (bench/fuse.py, --loop single to compare).
+    # Python thread state (seglogfs.fs.fast_callbacks.keep_thread_state); the hand-offs between
+    # workers still make one client's small requests slower than on one thread (bench/loops.py).
     single = os.environ.get(FUSE_LOOP_VARIABLE, "multi") == "single"
     if not single:
         # libfuse 3.14 passes its unset default (UINT_MAX) on and prints "Ignoring invalid max threads
