@@ -20,8 +20,9 @@ shrinks, so ``tail -f`` never sees a truncation), but no longer read. Each open 
 repeated line: one overtaken mid-record by the deletion gets OffsetOutOfRangeError, one overtaken
 between records gets end of file, and when it asks again it goes on from the log start offset.
 The hole lasts only while someone may hold positions: with no reader open and no :meth:`size` asked
-for longer than the kernel caches it, the stream drops its hole and begins at the log start offset
-again (so ``tail -n`` finds every line before the end, as in a file that never had a hole).
+for a while, the next :meth:`size` asked for a getattr drops the hole and begins at the log start offset
+again (so ``tail -n`` finds every line before the end, as in a file that never had a hole); an open
+never does, since its opener gets the size the kernel cached (:meth:`rebase_due`).
 
 Compaction: a segment the log cleaner replaced (the same base offset, a new :class:`LogSegment`, often
 several old segments grouped into one) is, for a stream that counted it, like one retention deleted:
@@ -448,10 +449,14 @@ class ValueStream:
         """How many :class:`StreamReader` of this stream are open."""
         return self._readers
 
-    def size(self) -> int:
-        """The current length of the stream in bytes (it never shrinks while a reader is open)."""
+    def size(self, *, rebase: bool = True) -> int:
+        """The current length of the stream in bytes (it never shrinks while a reader is open).
+        ``rebase``: the hole may go here (see :meth:`rebase_due`); only for a size whose asker
+        takes it as the file's (a getattr, whose answer the kernel caches), never for one an open
+        needs: the kernel would go on giving that opener the size it cached before."""
         with self._lock:
-            self._maybe_rebase()
+            if rebase:
+                self._maybe_rebase()
             self._last_size = time.monotonic()
             segments = self._refresh()
             return self._hole + sum(s.nbytes for s in segments)
@@ -532,10 +537,18 @@ class ValueStream:
             f"bytes {position}.. of the records of log {self.log.name} were removed by retention"
         )
 
-    def reader(self) -> StreamReader:
-        """A reader for one open file of the stream; :meth:`StreamReader.close` it when done."""
+    def rebase_due(self) -> bool:
+        """Whether the next :meth:`size` drops the hole or begins afresh (no reader, nothing else
+        holding the positions, quiet for :data:`QUIET_BEFORE_REBASE_S`): the mount then invalidates
+        the size the kernel cached, so that its next getattr asks (seglogfs.fs.invalidation)."""
         with self._lock:
-            self._maybe_rebase()
+            return (not self._readers and not self.hold_positions and bool(self._hole or self.outdated)
+                    and time.monotonic() - self._last_size >= QUIET_BEFORE_REBASE_S)
+
+    def reader(self) -> StreamReader:
+        """A reader for one open file of the stream; :meth:`StreamReader.close` it when done. An open
+        never moves the positions: the size its opener gets is the one the kernel cached."""
+        with self._lock:
             self._readers += 1
         return StreamReader(self)
 

@@ -17,7 +17,9 @@ log as it is, whose first positions are hole so that it ends where the old one e
 one size per path, and that size stays right for both, so the readers of the old generation
 (``tail -f``) go on with their positions while every new open sees the compacted log. The path's size
 is the largest end of its generations; an old generation goes once its last reader closed, and the
-current one drops its hole only when nothing else holds the path (:meth:`ValueStream.size`'s quiet rule).
+current one drops its hole only when nothing else holds the path (:meth:`ValueStream.size`'s quiet
+rule), and only in a getattr: an open gets the size the kernel cached, so its positions stay those
+of that size.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class StreamViews:
         if selected is None:
             return None
         key, generations = selected
-        end = max(stream.size() for stream in generations)  # may rebase a quiet current stream
+        end = max(stream.size(rebase=False) for stream in generations)  # what the kernel was told
         current = generations[-1]
         if current.outdated:
             fresh = ValueStream(lg, first_offset=first_offset, fmt=fmt, isolation=current.isolation,
@@ -177,7 +179,9 @@ class StreamViews:
                 level = stream.log.config.fs_isolation_level
                 if key[0] == name and key[3] != level and not self._read(key):
                     self._retire(key)
-            shrank = sum(stream.rebases for key, stream in self._streams.items() if key[0] == name)
+            # a rebase due counts as one already: the kernel must ask for the size that drops it
+            shrank = sum(stream.rebases + stream.rebase_due()
+                         for key, stream in self._streams.items() if key[0] == name)
             shrank += sum(s.rebases for key, older in self._older.items() if key[0] == name for s in older)
             return shrank + self._retired.get(name, 0)
 

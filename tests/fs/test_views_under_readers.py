@@ -212,3 +212,28 @@ def test_retention_is_exact_for_each_new_open_under_a_steady_poller(seglogd) -> 
     for _, _, out in taken:
         lines = out.splitlines()
         assert len(set(lines)) == len(lines)
+
+
+@pytest.mark.fuse
+@fuse_required
+def test_tail_n_after_the_reader_of_a_compacted_records_left_shows_its_last_lines(seglogd) -> None:  # noqa: F811
+    """The hole a held reader kept goes in a getattr, never at an open: `tail -n` opens, then takes
+    the size the kernel cached and seeks back from it, so an open that moved the positions would
+    send it past the end (it printed nothing)."""
+    mnt: Seglogd = seglogd(defaults={"log.cleaner.backoff.ms": "50ms"},
+                           logs={"u-0": {**COMPACTED, "file.delete.delay.ms": 0}})
+    log = mnt / "u-0"
+    records = log / "records"
+    with open(records, "rb") as held:
+        for j in range(60):
+            (log / "append").write_text("".join(f"k{i}:r{j}k{i}-{'x' * 50}\n" for i in range(KEYS)))
+            os.stat(records)
+            held.read()
+        _wait_until(lambda: json.loads((log / "info").read_text())["cleaner"]["passes"] >= 1)
+        _wait_until(lambda: not json.loads((log / "info").read_text())["cleaner"]["cleanable"])
+        values = _log_values(log)
+        assert os.stat(records).st_size > sum(len(v) + 1 for v in values)  # the held reader's hole
+    time.sleep(value_stream.QUIET_BEFORE_REBASE_S + 1.0)
+    out = subprocess.run(["tail", "-n", "3", str(records)], capture_output=True, check=True).stdout
+    assert out == b"".join(value + b"\n" for value in values[-3:])
+    _wait_until(lambda: os.stat(records).st_size == sum(len(v) + 1 for v in values), timeout=5, interval=0.05)
