@@ -540,10 +540,15 @@ class ValueStream:
     def rebase_due(self) -> bool:
         """Whether the next :meth:`size` drops the hole or begins afresh (no reader, nothing else
         holding the positions, quiet for :data:`QUIET_BEFORE_REBASE_S`): the mount then invalidates
-        the size the kernel cached, so that its next getattr asks (seglogfs.fs.invalidation)."""
-        with self._lock:
+        the size the kernel cached, so that its next getattr asks (seglogfs.fs.invalidation). Never
+        waits: a stream busy counting or reading is not quiet."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             return (not self._readers and not self.hold_positions and bool(self._hole or self.outdated)
                     and time.monotonic() - self._last_size >= QUIET_BEFORE_REBASE_S)
+        finally:
+            self._lock.release()
 
     def reader(self) -> StreamReader:
         """A reader for one open file of the stream; :meth:`StreamReader.close` it when done. An open
