@@ -179,6 +179,8 @@ class StreamViews:
                 level = stream.log.config.fs_isolation_level
                 if key[0] == name and key[3] != level and not self._read(key):
                     self._retire(key)
+            for key in [k for k in self._older if k[0] == name and k in self._streams]:
+                self._generations(key)  # old generations closed since: the current one may rebase
             # a rebase due counts as one already: the kernel must ask for the size that drops it
             shrank = sum(stream.rebases + stream.rebase_due()
                          for key, stream in self._streams.items() if key[0] == name)
