@@ -52,12 +52,6 @@ class StreamViews:
         #: generation closed), plus one per switch of level
         self._retired: dict[str, int] = {}
 
-    def stream(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> ValueStream:
-        """The current stream of ``lg`` in ``fmt`` from ``first_offset`` (None: from the log start, kept
-        for as long as the log is); one of an older isolation level while a reader has it open."""
-        with self._lock:
-            return self._streams[self._key(lg, first_offset, fmt)]
-
     def size(self, lg: Log, first_offset: int | None, fmt: StreamFormat, *,
              held_only: bool = False) -> int | None:
         """The size of the path: the largest end of its generations. With ``held_only`` (``from/<n>``
