@@ -11,11 +11,11 @@ Starts a real seglogd on a temporary data dir and mount point, then measures:
   layout served by the same loop (bench/empty_fs.py: the binding's floor) and the ratio; and
   ``Log.read`` of random offsets in the engine for scale;
 - by-offset read latency (p50/p99/max) while another process appends with an fsync after every write,
-  and while another process reads ``records`` (the single-threaded loop serves one request at a time);
+  and while another process reads ``records``;
 - ``cat`` of a sealed ``segments/<seg>.log`` vs ``cat`` of the file directly, warm, best of 3, and
   reading all ``segments/*.log`` (MB/s, ratio);
 - reading ``records`` through the mount (MB/s), in 1 MiB reads and with ``cat``.
-``--loop multi`` runs the daemon with libfuse's multi-threaded loop instead (SEGLOGFS_FUSE_LOOP), to
+``--loop single`` runs the daemon with libfuse's single-threaded loop instead (SEGLOGFS_FUSE_LOOP), to
 compare the two loops on one machine. Always unmounts and stops the daemon.
 """
 
@@ -300,7 +300,7 @@ def main() -> int:
     parser.add_argument("--segment-bytes", default="64MiB")
     parser.add_argument("--rounds", type=int, default=2, help="engine/cat rounds (best of)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="per latency figure")
-    parser.add_argument("--loop", choices=("single", "multi"), default="single", help="libfuse loop")
+    parser.add_argument("--loop", choices=("single", "multi"), default="multi", help="libfuse loop")
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it")
     args = parser.parse_args()
 

@@ -70,6 +70,10 @@ def _tune_malloc() -> None:
     mallopt(m_arena_max, 1)  # one arena: threads reuse each other's freed buffers (the GIL serialises anyway)
 
 
+#: how long a thread holding the GIL keeps it while another waits (Python's default is 5 ms)
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the daemon; the exit code is 0 after a clean stop (SIGTERM, SIGINT or an external unmount)."""
     parser = argparse.ArgumentParser(prog="seglogd", description="Mount seglogfs logs with FUSE.")
@@ -78,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     args = parser.parse_args(argv)
     _tune_malloc()
+    # A thread that computes (the cleaner, retention, a reload) hands the GIL to a waiting request
+    # after this long instead of Python's 5 ms: each request takes the GIL a few times (bench/stall.py).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     _setup_logging(args.log_level)
     _raise_open_files_limit()
 

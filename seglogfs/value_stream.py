@@ -20,8 +20,9 @@ shrinks, so ``tail -f`` never sees a truncation), but no longer read. Each open 
 repeated line: one overtaken mid-record by the deletion gets OffsetOutOfRangeError, one overtaken
 between records gets end of file, and when it asks again it goes on from the log start offset.
 The hole lasts only while someone may hold positions: with no reader open and no :meth:`size` asked
-for longer than the kernel caches it, the stream drops its hole and begins at the log start offset
-again (so ``tail -n`` finds every line before the end, as in a file that never had a hole).
+for a while, the next :meth:`size` asked for a getattr drops the hole and begins at the log start offset
+again (so ``tail -n`` finds every line before the end, as in a file that never had a hole); an open
+never does, since its opener gets the size the kernel cached (:meth:`rebase_due`).
 
 Compaction: a segment the log cleaner replaced (the same base offset, a new :class:`LogSegment`, often
 several old segments grouped into one) is, for a stream that counted it, like one retention deleted:
@@ -120,7 +121,10 @@ class ValueStream:
         first_offset: int | None = None,
         fmt: StreamFormat = VALUES,
         isolation: Isolation = READ_UNCOMMITTED,
+        end_at: int = 0,
     ) -> None:
+        """``end_at``: the size the stream must not start below (a new stream of a file whose older
+        stream a reader still has open: its first positions are hole, so both end at one size)."""
         self.log = log
         self.first_offset = first_offset
         self.fmt = fmt
@@ -137,6 +141,16 @@ class ValueStream:
         self._readers = 0  # open StreamReaders
         self._last_size = 0.0  # time.monotonic() of the last size()
         self.rebases = 0  # how many times the stream dropped its hole (its size shrank)
+        #: the cleaner replaced segments the stream counted: a new open would not see the log as it is
+        self.outdated = False
+        #: set by the owner while an older stream of the same file is still read: no rebase then
+        self.hold_positions = False
+        self._start_hole = 0  # the hole the stream began with (end_at)
+        if end_at > 0:
+            size = self.size()
+            with self._lock:
+                self._start_hole = max(end_at - size, 0)
+                self._hole += self._start_hole
 
     # ------------------------------------------------------------------ scanning
     def _open(self, seg: _Segment) -> int:
@@ -278,7 +292,7 @@ class ValueStream:
                 seg.dropped = True
             seg.sealed = seg.sealed or seg.dropped or k + 1 < len(live)
         self._scan_incomplete(sealed_only=True)  # their final next offsets tell whether records were lost
-        fresh = not self._segments and not self._hole
+        fresh = not self._segments and self._hole == self._start_hole
         # A fresh stream begins with the live segments: the cleaner's replacements, not what they replaced.
         candidates = [*([] if fresh else retired), *live]
         first_live = len(candidates) - len(live)
@@ -293,6 +307,9 @@ class ValueStream:
             state.dropped = state.dropped or k < first_live
             state.sealed = state.sealed or state.dropped or k + 1 < len(candidates)
         self._scan_incomplete()
+        if not self.outdated and live:
+            self.outdated = any(seg.dropped and seg.next_offset > live[0].base_offset
+                                for seg in self._segments.values())
         for seg in list(self._segments.values()):
             if not seg.dropped or os.path.exists(seg.segment.log_path):  # renamed .deleted until purged
                 break
@@ -306,7 +323,7 @@ class ValueStream:
         newest = next(reversed(self._segments.values()), None)
         if newest is not None and segment.base_offset < newest.base_offset:
             return None  # older than what the stream already counts: not part of it
-        fresh = not self._segments and not self._hole
+        fresh = not self._segments and self._hole == self._start_hole
         if fresh and self._before_first_offset(candidates, k):
             return None
         counted_to = self._hole_next_offset if newest is None else newest.next_offset
@@ -315,6 +332,7 @@ class ValueStream:
             # last one counted are new (the cleaner keeps batch boundaries, so none straddles it).
             later = (c.base_offset for c in candidates[k + 1 :] if c.base_offset > segment.base_offset)
             ends = min(later, default=self.log.end_offset)
+            self.outdated = True  # the records it held before counted_to are not the ones counted
             if ends <= counted_to:
                 return None
             state = self._segments[segment.base_offset] = _Segment(segment, min_offset=counted_to)
@@ -466,10 +484,14 @@ class ValueStream:
         """How many :class:`StreamReader` of this stream are open."""
         return self._readers
 
-    def size(self) -> int:
-        """The current length of the stream in bytes (it never shrinks while a reader is open)."""
+    def size(self, *, rebase: bool = True) -> int:
+        """The current length of the stream in bytes (it never shrinks while a reader is open).
+        ``rebase``: the hole may go here (see :meth:`rebase_due`); only for a size whose asker
+        takes it as the file's (a getattr, whose answer the kernel caches), never for one an open
+        needs: the kernel would go on giving that opener the size it cached before."""
         with self._lock:
-            self._maybe_rebase()
+            if rebase:
+                self._maybe_rebase()
             self._last_size = time.monotonic()
             segments = self._refresh()
             return self._hole + sum(s.nbytes for s in segments)
@@ -479,23 +501,24 @@ class ValueStream:
         nobody can see the positions shift, and ``tail -n`` then finds every line before the end.
         When the cleaner replaced segments the stream counted, it begins afresh, with their cleaned
         content (sealed segments' totals are shared: :mod:`seglogfs.stream_totals`)."""
-        if self._readers or time.monotonic() - self._last_size < QUIET_BEFORE_REBASE_S:
+        if self._readers or self.hold_positions or time.monotonic() - self._last_size < QUIET_BEFORE_REBASE_S:
             return
         segments = self._refresh()
         kept = [seg for seg in segments if not seg.dropped]
         retention_only = segments[len(segments) - len(kept) :] == kept  # the dropped ones lead
-        if kept and not (retention_only and kept[0].segment is self._first_live()):
+        if kept and (self.outdated or not (retention_only and kept[0].segment is self._first_live())):
             # Not simply the log's live segments after retention's: the cleaner replaced some.
             self._forget_through(segments[-1])
             self._hole_next_offset = None
             self.rebases += 1  # positions changed: a cached st_size is stale (seglogfs.fs.invalidation)
-            self._hole = 0
+            self._hole = self._start_hole = 0
+            self.outdated = False
             return
         dropped = [seg for seg in segments if seg.dropped]  # they lead: segments are in order
         if dropped:
             self._forget_through(dropped[-1])
         self.rebases += bool(self._hole)  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
-        self._hole = 0
+        self._hole = self._start_hole = 0
 
     def _first_live(self) -> LogSegment | None:
         """The live segment a fresh stream would count first."""
@@ -549,10 +572,23 @@ class ValueStream:
             f"bytes {position}.. of the records of log {self.log.name} were removed by retention"
         )
 
+    def rebase_due(self) -> bool:
+        """Whether the next :meth:`size` drops the hole or begins afresh (no reader, nothing else
+        holding the positions, quiet for :data:`QUIET_BEFORE_REBASE_S`): the mount then invalidates
+        the size the kernel cached, so that its next getattr asks (seglogfs.fs.invalidation). Never
+        waits: a stream busy counting or reading is not quiet."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return (not self._readers and not self.hold_positions and bool(self._hole or self.outdated)
+                    and time.monotonic() - self._last_size >= QUIET_BEFORE_REBASE_S)
+        finally:
+            self._lock.release()
+
     def reader(self) -> StreamReader:
-        """A reader for one open file of the stream; :meth:`StreamReader.close` it when done."""
+        """A reader for one open file of the stream; :meth:`StreamReader.close` it when done. An open
+        never moves the positions: the size its opener gets is the one the kernel cached."""
         with self._lock:
-            self._maybe_rebase()
             self._readers += 1
         return StreamReader(self)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import struct
+import threading
 from collections.abc import Callable, Mapping
 
 import mfusepy
@@ -91,9 +92,28 @@ def lean_callbacks_available() -> bool:
     return _pack_stat is not None
 
 
+_threads = threading.local()
+_ensure_gil_state = ctypes.pythonapi.PyGILState_Ensure
+
+
+def keep_thread_state() -> None:
+    """Keep the calling libfuse worker's Python thread state for its life. A ctypes callback on a
+    thread Python did not start makes a thread state on entry and frees it on return; one extra
+    ``PyGILState_Ensure``, never released, keeps it (and the thread's locals) from one request to
+    the next. A no-op on a thread that already kept it (and on the single-threaded loop's thread,
+    which Python started)."""
+    if not getattr(_threads, "kept", False):
+        _ensure_gil_state()
+        _threads.kept = True
+
+
 class LeanFUSE(mfusepy.FUSE):
     """:class:`mfusepy.FUSE` (``raw_fi=True``, ``use_ns``) with leaner hot callbacks; the operations
     must answer getattr with every key of ``SeglogOperations.getattr`` (times in ns)."""
+
+    def _wrapper(self, func, *args, **kwargs):  # type: ignore[no-untyped-def]
+        keep_thread_state()
+        return super()._wrapper(func, *args, **kwargs)
 
     def getattr_fuse_3(self, path: bytes, buf: mfusepy.c_stat_p, fip: mfusepy.fuse_fi_p) -> int:
         attrs = self.operations.getattr(path.decode(_ENCODING, _ERRORS), fip.contents if fip else None)

@@ -30,7 +30,6 @@ from seglogfs.log import Log
 from seglogfs.log_dir_files import LogDirFiles
 from seglogfs.offset_listing import newest_offsets
 from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
-from seglogfs.value_stream import ValueStream
 
 #: one readdir entry: name, st_mode type bits, offset (0: the whole listing at once)
 DirEntry = tuple[str, int, int]
@@ -321,26 +320,29 @@ class StreamView(ReadOnlyFile):
         self.views = ctx.views
         self.fmt = fmt
 
-    def _stream(self, lg: Log, node: Node) -> ValueStream:
-        first = node.number
-        if first is not None and first < lg.start_offset:
-            # Gone for new readers, but a reader that has it open keeps following it, as one of
-            # `records` does: `tail -f` polls with fstat, whose GETATTR carries no file handle.
-            stream = self.views.open_stream(lg, first, self.fmt)
-            if stream is None:
-                self.views.forget(lg, first)
-                raise fail(errno.ENOENT)
-            return stream
-        return self.views.stream(lg, first, self.fmt)
+    @staticmethod
+    def _held_only(lg: Log, node: Node) -> bool:
+        """``from/<n>`` below the log start: gone for new readers, but a reader that has it open keeps
+        following it, as one of ``records`` does (``tail -f`` polls with fstat, whose GETATTR carries
+        no file handle)."""
+        return node.number is not None and node.number < lg.start_offset
+
+    def _gone(self, lg: Log, node: Node) -> OSError:
+        self.views.forget(lg, node.number)  # type: ignore[arg-type]
+        return fail(errno.ENOENT)
 
     def getattr(self, node: Node) -> dict[str, int]:
         lg = self.ctx.log(node)
-        size = self._stream(lg, node).size()
+        size = self.views.size(lg, node.number, self.fmt, held_only=self._held_only(lg, node))
+        if size is None:
+            raise self._gone(lg, node)
         last = lg.last_timestamp
         return self.ctx.attrs(self.ctx.file_mode, size, None if last is None else last * 1_000_000)
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
-        reader = self._stream(lg, node).reader()
+        reader = self.views.reader(lg, node.number, self.fmt, held_only=self._held_only(lg, node))
+        if reader is None:
+            raise self._gone(lg, node)
         fi.direct_io = 1  # grows: read whatever is there now, whatever st_size said
         return StreamFile(reader)
 

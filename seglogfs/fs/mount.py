@@ -21,8 +21,10 @@ log = logging.getLogger("seglogfs.fs")
 
 FUSERMOUNT = shutil.which("fusermount3") or "/usr/bin/fusermount3"
 ATTR_TIMEOUT_S = 3600.0
-#: "multi" serves with libfuse's multi-threaded loop instead of the single-threaded one (benchmarks)
+#: "single" serves with libfuse's single-threaded loop instead of the multi-threaded one (benchmarks)
 FUSE_LOOP_VARIABLE = "SEGLOGFS_FUSE_LOOP"
+#: libfuse's worker threads kept waiting for requests (more start when all are busy, up to its max)
+IDLE_THREADS = 10
 
 
 def mount_options(*, read_only: bool, allow_other: bool) -> dict[str, object]:
@@ -59,21 +61,22 @@ def run_mount(
     allow_other: bool = False,
     debug: bool = False,
 ) -> None:
-    """Serve ``ops`` on ``mount_point`` until it is unmounted (blocks; one thread, foreground).
+    """Serve ``ops`` on ``mount_point`` until it is unmounted (blocks, foreground; libfuse's worker
+    threads serve the requests).
 
     libfuse installs its SIGTERM/SIGINT handlers here (only where the disposition is still SIG_DFL):
     they end the loop and unmount, and this function returns.
     """
     options = mount_options(read_only=read_only, allow_other=allow_other)
-    # One thread: every ctypes callback from libfuse's worker threads pays a Python thread-state setup
-    # and GIL hand-offs (measured by bench/fuse.py; SEGLOGFS_FUSE_LOOP=multi runs the other loop to
-    # compare). A slow request (fsync, a first read of a big log) delays the others: bench/fuse.py
-    # measures by-offset latency beside an fsyncing writer and a reader of `records`.
-    single = os.environ.get(FUSE_LOOP_VARIABLE, "single") != "multi"
+    # Several threads: a request that blocks (an fsync, a cold read of a big file, a wait for a log's
+    # lock) holds only its own thread, so other clients' requests go on. Each worker keeps its
+    # Python thread state (seglogfs.fs.fast_callbacks.keep_thread_state); the hand-offs between
+    # workers still make one client's small requests slower than on one thread (bench/loops.py).
+    single = os.environ.get(FUSE_LOOP_VARIABLE, "multi") == "single"
     if not single:
         # libfuse 3.14 passes its unset default (UINT_MAX) on and prints "Ignoring invalid max threads
         # value 4294967295 > max (100000)" at every start of the multi-threaded loop: give it a value.
-        options["max_idle_threads"] = 10
+        options["max_idle_threads"] = IDLE_THREADS
     fuse = LeanFUSE if lean_callbacks_available() else mfusepy.FUSE
     # The notifier must stop between the loop's end and libfuse's teardown (seglogfs.fs.fuse_loop).
     owned = owned_loop(ops.loop_ended) if owned_loop_available() else contextlib.nullcontext()

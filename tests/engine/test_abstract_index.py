@@ -4,11 +4,14 @@ sections 2-3): preallocation, search, resize/trim/truncate, lifecycle, read-only
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import shutil
 import struct
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -462,3 +465,42 @@ def test_lookup_after_close_is_an_error(tmp_path):
     oi.close()
     with pytest.raises(ValueError, match="closed"):
         oi.lookup(1)
+
+
+def _ticking_pause(flush: Callable[[], None]) -> tuple[float, float]:
+    """(The longest pause of a thread ticking every 0.2 ms while ``flush()`` runs, its duration)."""
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0002)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    time.sleep(0.05)
+    began = time.perf_counter()
+    flush()
+    ended = time.perf_counter()
+    stop.set()
+    ticker.join()
+    during = [began, *(t for t in ticks if began < t < ended), ended]
+    return max(b - a for a, b in itertools.pairwise(during)), ended - began
+
+
+def test_a_flush_lets_the_other_threads_run(tmp_path: Path) -> None:
+    """flush() writes the mapped pages back with the GIL released (``mmap.flush`` held it for the
+    whole msync: every thread of the daemon, every mount request, waited). Asserted as a ratio: the
+    longest pause of a ticking thread against the flush's own time."""
+    size = 32 << 20
+    while True:
+        index = OffsetIndex(tmp_path / f"{size}.index", 0, size)
+        for position in range(0, size, 4096):
+            index._mm[position] = 1  # dirty every page (what the index holds does not matter here)
+        pause, took = _ticking_pause(index.flush)
+        index.close()
+        if took >= 0.03 or size >= 256 << 20:  # long enough to tell a pause from noise
+            break
+        size *= 2
+    assert pause < took / 2, (pause, took, size)
