@@ -490,14 +490,19 @@ def _ticking_pause(flush: Callable[[], None]) -> tuple[float, float]:
 
 
 def test_a_flush_lets_the_other_threads_run(tmp_path: Path) -> None:
-    """flush() writes the mapped pages back with the GIL released (``mmap.flush`` held it for the
-    whole msync: every thread of the daemon, every mount request, waited). Asserted as a ratio: the
-    longest pause of a ticking thread against the flush's own time."""
+    """flush() writes the index back with the GIL released (an msync through ``mmap.flush`` held it
+    for the whole write-back: every thread of the daemon, every mount request, waited). Asserted as a
+    ratio: the longest pause of a ticking thread against the flush's own time."""
     size = 32 << 20
     while True:
-        index = OffsetIndex(tmp_path / f"{size}.index", 0, size)
-        for position in range(0, size, 4096):
-            index._mm[position] = 1  # dirty every page (what the index holds does not matter here)
+        path = tmp_path / f"{size}.index"
+        index = OffsetIndex(path, 0, size)
+        index.append(1, 0)  # an entry: the flush has something to write
+        fd = os.open(path, os.O_WRONLY)
+        try:  # dirty every page of the file (what the index holds does not matter here)
+            os.pwrite(fd, b"\1" * size, 0)
+        finally:
+            os.close(fd)
         pause, took = _ticking_pause(index.flush)
         index.close()
         if took >= 0.03 or size >= 256 << 20:  # long enough to tell a pause from noise

@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.mount_fixture import Seglogd, fuse_required, make_seglogd
@@ -131,10 +132,11 @@ def test_the_mount_serves_with_the_lean_callbacks(monkeypatch: pytest.MonkeyPatc
     plain = mfusepy.FUSE
     monkeypatch.setattr(mount, "LeanFUSE", fake(LeanFUSE))
     monkeypatch.setattr(mount.mfusepy, "FUSE", fake(plain))
-    mount.run_mount(object(), tmp_path)  # type: ignore[arg-type]
+    ops = SimpleNamespace(loop_ended=lambda: None)  # nothing is served: the recorders mount nothing
+    mount.run_mount(ops, tmp_path)  # type: ignore[arg-type]
     assert used == [LeanFUSE]
     monkeypatch.setattr(fast_callbacks, "_pack_stat", None)  # a struct stat it does not know
-    mount.run_mount(object(), tmp_path)  # type: ignore[arg-type]
+    mount.run_mount(ops, tmp_path)  # type: ignore[arg-type]
     assert used == [LeanFUSE, plain]
 
 
