@@ -24,11 +24,13 @@ import os
 import random
 import struct
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "MARK",
+    "RENAME",
     "Entry",
     "Snapshot",
     "build_shim",
@@ -178,18 +180,24 @@ class Model:
 
 
 def replay(
-    snapshot: Snapshot, entries: list[Entry], cut: int, *, keep: float = 0.0, rng: random.Random | None = None
+    snapshot: Snapshot,
+    entries: list[Entry],
+    cut: int,
+    *,
+    keep: float = 0.0,
+    rng: random.Random | None = None,
+    forced: Collection[int] = (),
 ) -> Model:
     """The model after the first ``cut`` records of ``entries`` over ``snapshot`` (the directory as
     it was when tracing began, taken as durable). ``keep``: the chance that a change no sync covered
-    reached the disk anyway (needs ``rng``)."""
+    reached the disk anyway (needs ``rng``); the changes at the indexes in ``forced`` reach it."""
     model = Model(snapshot)
     rng = rng or random.Random(0)
 
-    def kept() -> bool:
-        return keep > 0 and rng.random() < keep
+    def kept(index: int) -> bool:
+        return index in forced or (keep > 0 and rng.random() < keep)
 
-    for entry in entries[:cut]:
+    for index, entry in enumerate(entries[:cut]):
         op = entry.op
         if op in (CREATE, MKDIR):
             parent, name = model.parent(entry.path1)
@@ -197,12 +205,12 @@ def replay(
             node = Node(op == MKDIR)
             model.by_ino[entry.ino] = node
             parent.entries[name] = node
-            if kept():
+            if kept(index):
                 parent.disk_entries[name] = node
         elif op == WRITE:
             node = model.node(entry.ino)
             _write(node.data, entry.a, entry.data)
-            if kept():
+            if kept(index):
                 # Write-back is per page, of the page as it is now (earlier writes to it included); a
                 # multi-page write may be torn: only some of its pages reach the disk.
                 end = entry.a + len(entry.data)
@@ -215,7 +223,7 @@ def replay(
         elif op == TRUNCATE:
             node = model.node(entry.ino)
             _resize(node.data, entry.a)
-            if kept():
+            if kept(index):
                 _resize(node.disk, entry.a)
                 node.disk_size = entry.a
         elif op == FALLOCATE:
@@ -223,7 +231,7 @@ def replay(
             end = entry.a + entry.b
             if len(node.data) < end:
                 _resize(node.data, end)
-                if kept():
+                if kept(index):
                     node.disk_size = max(node.disk_size, end)
         elif op in (FSYNC, FDATASYNC):
             node = model.node(entry.ino)
@@ -244,14 +252,14 @@ def replay(
             dst, new = model.parent(entry.path2)
             node = src.entries.pop(old)
             dst.entries[new] = node
-            if kept():
+            if kept(index):
                 if src.disk_entries.get(old) is node:
                     del src.disk_entries[old]
                 dst.disk_entries[new] = node
         elif op in (UNLINK, RMDIR):
             parent, name = model.parent(entry.path1)
             node = parent.entries.pop(name)
-            if kept() and parent.disk_entries.get(name) is node:
+            if kept(index) and parent.disk_entries.get(name) is node:
                 del parent.disk_entries[name]
         elif op == MARK:
             pass
