@@ -94,7 +94,7 @@ class LogLoader:
                 if segment is not segments[-1]:
                     segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
             if first_to_recover < len(segments):
-                self._recover_segments(segments, first_to_recover)
+                self._recover_segments(segments, first_to_recover, recovery_point)
         if not segments:
             segments = [self._new_segment(max(log_start_offset, 0))]
         link_segments(segments)
@@ -248,18 +248,21 @@ class LogLoader:
             log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
             segment.rebuild_indexes()
 
-    def _recover_segments(self, segments: list[LogSegment], first: int) -> None:
+    def _recover_segments(
+        self, segments: list[LogSegment], first: int, recovery_point: int | None = None
+    ) -> None:
         """Validate every batch of segments[first:], rebuilding their indexes; cut the last one's torn
         tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
         intact batches after damage and every later segment (they may hold the only copy of their
         records): the damage stays in place, its offsets unreadable, and appends go after the last
-        intact batch of the active segment."""
+        intact batch of the active segment. A page a power loss lost past ``recovery_point`` in the
+        active segment is a torn tail, cut with what follows (see ``LogSegment.recover``)."""
         link_segments(segments)  # each segment's offset limit: a witness for its last batch
         if first < len(segments):
             base = segments[first].base_offset
             self._recovered_from = base if self._recovered_from is None else min(self._recovered_from, base)
         for segment in segments[first:]:
-            truncated = segment.recover(cut_torn_tail=segment is segments[-1])
+            truncated = segment.recover(cut_torn_tail=segment is segments[-1], recovery_point=recovery_point)
             if truncated:
                 log.warning(
                     "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",

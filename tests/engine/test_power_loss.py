@@ -268,3 +268,53 @@ def test_a_power_loss_during_a_cleaner_swap_keeps_the_replaced_records(tmp_path:
         assert latest == {b"k%d" % k: b"v%03d" % max(range(k, acks["keyed-0"], 7)) for k in range(7)}, (
             f"cut after {entries[i].path1} -> {entries[i].path2}"
         )
+
+
+def test_a_lost_page_past_the_recovery_point_is_cut_with_what_follows(tmp_path: Path) -> None:
+    """Pages are written back in any order: a power loss may keep a later page of the active segment
+    and lose an earlier one (zeros) past the flushed end. Nothing there was promised durable; kept in
+    place, the stretch would be damage for ever (EIO, verify exit 1). It is cut as a torn tail."""
+    data = tmp_path / "data"
+    cfg = LogConfig.from_mapping(CONFIGS[PLAIN])
+    with LogManager(data, log_configs={PLAIN: cfg}) as manager:
+        lg = manager.create_log(PLAIN)
+        lg.append_values([plain_value(o) for o in range(10)])
+        lg.flush()
+        manager.checkpoint()
+        flushed = lg.recovery_point
+        for first in range(10, 150, 5):
+            lg.append_values([plain_value(o) for o in range(first, first + 5)])
+        shutil.copytree(data, tmp_path / "lost")  # the page cache as a kill -9 leaves it...
+    active = tmp_path / "lost" / PLAIN / "00000000000000000000.log"
+    assert active.stat().st_size > 3 * 4096
+    with active.open("r+b") as f:  # ...and the second page never written back
+        f.seek(4096)
+        f.write(bytes(4096))
+    with LogManager(tmp_path / "lost", log_configs={PLAIN: cfg}) as manager:
+        lg = manager.get(PLAIN)
+        records = [(r.offset, r.value) for r in lg.iter_records()]
+        assert flushed <= lg.end_offset < 150
+        assert records == [(o, plain_value(o)) for o in range(lg.end_offset)]
+    assert verify_paths([tmp_path / "lost"]).ok
+
+
+def test_a_clean_close_whose_index_trims_a_power_loss_lost_loads_and_closes_again(tmp_path: Path) -> None:
+    """The clean-shutdown marker is fsync'd; the trims of the active segment's indexes before it are
+    not. A power loss may keep the marker with the indexes at their preallocated length, zeros: an
+    empty active segment must not take those for entries (a full time index fails the next close)."""
+    data = tmp_path / "data"
+    cfg = LogConfig.from_mapping(CONFIGS[PLAIN])
+    with LogManager(data, log_configs={PLAIN: cfg}) as manager:
+        lg = manager.create_log(PLAIN)
+        lg.append_values([plain_value(o) for o in range(10)])
+        lg.roll()
+    for suffix in (".index", ".timeindex"):
+        index = data / PLAIN / f"00000000000000000010{suffix}"
+        assert index.stat().st_size == 0
+        index.write_bytes(bytes(1020 if suffix == ".timeindex" else 1024))
+    for _ in range(2):
+        with LogManager(data, log_configs={PLAIN: cfg}) as manager:
+            lg = manager.get(PLAIN)
+            assert [r.value for r in lg.iter_records()] == [plain_value(o) for o in range(lg.end_offset)]
+            lg.append_values([plain_value(lg.end_offset)])
+    assert verify_paths([data]).ok
