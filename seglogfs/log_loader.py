@@ -59,7 +59,7 @@ class LoadedLog:
     segments: list[LogSegment]
     next_offset: int  # the log end offset: after the last intact batch of the active segment
     log_start_offset: int
-    recovery_point: int  # after a clean load or a recovery, everything up to the end offset is good
+    recovery_point: int  # the end offset after a clean load; after a recovery, at most the one given
     #: base offset of the first segment recovered batch by batch (its .txnindex and those after it
     #: are rebuilt from the log), None when none was
     recovered_from: int | None = None
@@ -104,7 +104,11 @@ class LogLoader:
             self._grow_active_indexes(active)
         next_offset = max(next_offset, active.base_offset)
         start_offset = min(max(log_start_offset, segments[0].base_offset), next_offset)
-        return LoadedLog(segments, next_offset, start_offset, next_offset, self._recovered_from)
+        # After an unclean shutdown the recovered data is valid but not known to be on disk (a kill -9
+        # leaves it in the page cache): the recovery point moves only when a flush makes it durable,
+        # as in Kafka, or a checkpoint would vouch for data a power loss can still take.
+        recovered_to = next_offset if clean_shutdown or self.read_only else min(recovery_point, next_offset)
+        return LoadedLog(segments, next_offset, start_offset, recovered_to, self._recovered_from)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)

@@ -187,10 +187,12 @@ def replay(
     keep: float = 0.0,
     rng: random.Random | None = None,
     forced: Collection[int] = (),
+    torn: float = 0.3,
 ) -> Model:
     """The model after the first ``cut`` records of ``entries`` over ``snapshot`` (the directory as
     it was when tracing began, taken as durable). ``keep``: the chance that a change no sync covered
-    reached the disk anyway (needs ``rng``); the changes at the indexes in ``forced`` reach it."""
+    reached the disk anyway (needs ``rng``), a multi-page write only in some of its pages with
+    probability ``torn``; the changes at the indexes in ``forced`` reach it."""
     model = Model(snapshot)
     rng = rng or random.Random(0)
 
@@ -214,9 +216,9 @@ def replay(
                 # Write-back is per page, of the page as it is now (earlier writes to it included); a
                 # multi-page write may be torn: only some of its pages reach the disk.
                 end = entry.a + len(entry.data)
-                torn = rng.random() < 0.3
+                tear = len(entry.data) > PAGE and rng.random() < torn
                 for page in range(entry.a - entry.a % PAGE, end, PAGE):
-                    if not torn or rng.random() < 0.5:
+                    if not tear or rng.random() < 0.5:
                         hi = min(page + PAGE, len(node.data))
                         _write(node.disk, page, bytes(node.data[page:hi]))
                         node.disk_size = max(node.disk_size, hi)
