@@ -205,10 +205,18 @@ def cuts(entries: list[Entry], rng: random.Random, count: int) -> list[int]:
     return sorted(chosen)
 
 
+@pytest.fixture(scope="module")
+def campaign_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Snapshot, list[Entry]]:
+    """One run of the sessions, replayed by each mode of the campaign."""
+    return run_sessions(tmp_path_factory.mktemp("campaign"), sessions=3)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", [0.0, 0.05, 0.5], ids=["synced-only", "few-kept", "half-kept"])
-def test_a_power_loss_at_any_moment_keeps_every_acknowledged_record(tmp_path: Path, keep: float) -> None:
-    _, snapshot, entries = run_sessions(tmp_path, sessions=3)
+def test_a_power_loss_at_any_moment_keeps_every_acknowledged_record(
+    tmp_path: Path, keep: float, campaign_run: tuple[Path, Snapshot, list[Entry]]
+) -> None:
+    _, snapshot, entries = campaign_run
     assert any(text.startswith("ack") for _, text in marks(entries)), "no flush was acknowledged"
     rng = random.Random(SEED + int(keep * 1000))
     for cut in cuts(entries, rng, 30):
