@@ -460,6 +460,11 @@ class AbstractIndex:
             zeros = np.flatnonzero(rel == 0)
             return int(zeros[0]) + 1 if zeros.size else n
 
+    def is_zero_filled(self) -> bool:
+        """True when every byte of the file is zero: preallocated, and no entry was ever written."""
+        with self._lock:
+            return not np.frombuffer(self._arr.tobytes(), np.uint8).any()
+
     def limit_entries(self, n: int) -> None:
         """Use only the first ``n`` entries; writes nothing, so read-only indexes allow it.
 

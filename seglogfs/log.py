@@ -160,6 +160,12 @@ class Log(SegmentRemoval):
             log_obj._next_offset = loaded.next_offset
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
+            if loaded.recovery_point < loaded.next_offset:
+                # The next flush fsyncs the segments holding recovered data past the recovery point.
+                ends = [s.base_offset for s in loaded.segments[1:]] + [loaded.next_offset]
+                log_obj._dirty.update(
+                    s for s, end in zip(loaded.segments, ends, strict=True) if end > loaded.recovery_point
+                )
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
             log_obj.release_files()  # a log not used yet holds no descriptor
             # The directory needs an fsync at the next flush only if loading changed it (or the last

@@ -59,7 +59,7 @@ class LoadedLog:
     segments: list[LogSegment]
     next_offset: int  # the log end offset: after the last intact batch of the active segment
     log_start_offset: int
-    recovery_point: int  # after a clean load or a recovery, everything up to the end offset is good
+    recovery_point: int  # the end offset after a clean load; after a recovery, at most the one given
     #: base offset of the first segment recovered batch by batch (its .txnindex and those after it
     #: are rebuilt from the log), None when none was
     recovered_from: int | None = None
@@ -100,7 +100,7 @@ class LogLoader:
                     if segment is not segments[-1]:
                         segment.release_indexes()  # reopened on first use: 1000 segments, few descriptors
                 if first_to_recover < len(segments):
-                    self._recover_segments(segments, first_to_recover)
+                    self._recover_segments(segments, first_to_recover, recovery_point)
             if not segments:
                 segments = [self._new_segment(max(log_start_offset, 0))]
             link_segments(segments)
@@ -114,7 +114,11 @@ class LogLoader:
             raise
         next_offset = max(next_offset, active.base_offset)
         start_offset = min(max(log_start_offset, segments[0].base_offset), next_offset)
-        return LoadedLog(segments, next_offset, start_offset, next_offset, self._recovered_from)
+        # After an unclean shutdown the recovered data is valid but not known to be on disk (a kill -9
+        # leaves it in the page cache): the recovery point moves only when a flush makes it durable,
+        # as in Kafka, or a checkpoint would vouch for data a power loss can still take.
+        recovered_to = next_offset if clean_shutdown or self.read_only else min(recovery_point, next_offset)
+        return LoadedLog(segments, next_offset, start_offset, recovered_to, self._recovered_from)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
@@ -266,18 +270,21 @@ class LogLoader:
             log.warning("%s: index missing, rebuilding it from %s", self.name, segment.log_path)
             segment.rebuild_indexes()
 
-    def _recover_segments(self, segments: list[LogSegment], first: int) -> None:
+    def _recover_segments(
+        self, segments: list[LogSegment], first: int, recovery_point: int | None = None
+    ) -> None:
         """Validate every batch of segments[first:], rebuilding their indexes; cut the last one's torn
         tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
         intact batches after damage and every later segment (they may hold the only copy of their
         records): the damage stays in place, its offsets unreadable, and appends go after the last
-        intact batch of the active segment."""
+        intact batch of the active segment. A page a power loss lost past ``recovery_point`` in the
+        active segment is a torn tail, cut with what follows (see ``LogSegment.recover``)."""
         link_segments(segments)  # each segment's offset limit: a witness for its last batch
         if first < len(segments):
             base = segments[first].base_offset
             self._recovered_from = base if self._recovered_from is None else min(self._recovered_from, base)
         for segment in segments[first:]:
-            truncated = segment.recover(cut_torn_tail=segment is segments[-1])
+            truncated = segment.recover(cut_torn_tail=segment is segments[-1], recovery_point=recovery_point)
             if truncated:
                 log.warning(
                     "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",

@@ -30,6 +30,12 @@ __all__ = ["SegmentRecovery"]
 
 log = logging.getLogger("seglogfs.segment")  # where these messages were always logged (filters, tests)
 
+_PAGE = 4096  # the page cache's unit of write-back
+# Zero bytes ending at a page boundary, in damage past the flushed end: a page lost or written back
+# before its last writes. A batch's own bytes so placed are unlikely enough to cost a bit flip's
+# neighbours only in the unflushed stretch, where Kafka would cut them anyway.
+_UNWRITTEN_RUN = 16
+
 
 class SegmentRecovery:
     """Index checks, index rebuilds and recovery of a :class:`~seglogfs.segment.LogSegment` (mixed
@@ -97,6 +103,13 @@ class SegmentRecovery:
                         self._index_failed(problem)
                 finally:
                     self._checking_indexes = False
+            elif not self._indexes_checked and self.writable and self.size == 0:
+                # An empty .log has nothing to index: what its preallocated files hold are zeros a
+                # power loss kept with the files' length and not their trim (taken as entries, they
+                # would fill the index).
+                for index in (self._offset_index, self._time_index):
+                    if index.entries:
+                        index.limit_entries(0)
             self._indexes_checked = True
             self._indexes_ready = True
 
@@ -227,7 +240,7 @@ class SegmentRecovery:
         # Trimmed as after a recovery (an active segment grows them again when the Log loads).
         self._finish_rebuilt_indexes(last_indexed)
 
-    def recover(self, *, cut_torn_tail: bool = True) -> int:
+    def recover(self, *, cut_torn_tail: bool = True, recovery_point: int | None = None) -> int:
         """Rebuild both indexes from the intact batches of the .log (every batch CRC-checked); with
         ``cut_torn_tail`` (the active segment) cut its torn tail. Returns the number of bytes cut.
 
@@ -235,14 +248,23 @@ class SegmentRecovery:
         not continue its predecessor's. Kafka's LogSegment.recover cuts at the first bad batch; here
         damage followed by intact batches stays in place, unindexed, and its offsets are EIO through
         the survey sealed segments use (it may be all that is left of those records, and the intact
-        batches after it are the only copy of theirs).
+        batches after it are the only copy of theirs). Except a page lost past ``recovery_point`` (the
+        flushed end), where no byte was promised durable: pages are written back in any order, and a
+        power loss may keep a later page and lose an earlier one, or keep it as it was before its last
+        writes (zeros up to the page's end). Damage that starts past the recovery point and holds such
+        zeros is a torn tail, cut with everything after it, as Kafka does.
         """
         self._indexes_checked = True  # rebuilt below: opening them need not check them first
         self._reset_indexes_for_rebuild()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._rolling_based_timestamp = None
         valid = kept = last_indexed = 0
+        next_offset = self.base_offset
         for header in self._recovered_batches(check_last=cut_torn_tail):
+            if (cut_torn_tail and recovery_point is not None and header.position > valid
+                    and next_offset >= recovery_point and self._unwritten_page_in(valid, header.position)):
+                break  # a page lost past the flushed end: the rest is a torn tail
+            next_offset = header.last_offset + 1
             last_indexed = self._index_rebuilt_batch(header, last_indexed)
             valid, kept = header.end_position, kept + header.size
         truncated = self.size - valid if cut_torn_tail else 0
@@ -255,6 +277,16 @@ class SegmentRecovery:
                         "are unreadable", self.log_path, self.size - kept)
         self._finish_rebuilt_indexes(last_indexed)
         return truncated
+
+    def _unwritten_page_in(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` of the .log holds the mark of a page never (fully) written back:
+        at least ``_UNWRITTEN_RUN`` zero bytes ending at a page boundary."""
+        data = os.pread(self._fd, end - start, start)
+        first = -(-(start + _UNWRITTEN_RUN) // _PAGE) * _PAGE
+        return any(
+            not any(data[boundary - _UNWRITTEN_RUN - start : boundary - start])
+            for boundary in range(first, end + 1, _PAGE)
+        )
 
     def intact_end(self) -> tuple[int, int]:
         """(next offset, end position) of the last intact batch: the log end offset and where the

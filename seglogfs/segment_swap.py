@@ -7,6 +7,9 @@ docs/kafka-format.md section 6):
 3. the files of the replaced segments are renamed ``.deleted``;
 4. each ``.swap`` file is renamed to its final name, and the directory is fsync'd.
 
+The directory is fsync'd after steps 2 and 3 as well: a power loss then leaves the files as a kill
+between two of the steps does (renames within a step may still reach the disk in any order).
+
 A crash before the last rename of step 2 leaves a ``.cleaned`` file: the loader discards the clean
 (pre-clean content). From then on the loader finishes the swap (post-clean content): it deletes the
 segment files the ``.swap`` covers, ``.deleted`` ones included, and strips the suffix.
@@ -74,9 +77,14 @@ def replace_files(directory: Path, base_offset: int, old: Sequence[LogSegment]) 
         os.rename(path, swap)
         swaps.append(swap)
         crash_point(f"renamed {swap.name}")
+    # Renames reach the disk in any order until the directory is fsync'd: without these two, a power
+    # loss could keep a replaced .log's .deleted name and lose the .swap that stands in for it (the
+    # load deletes .deleted files), or keep a final name beside a replaced segment not yet .deleted.
+    fsync_dir(directory)
     for segment in old:
         for path in segment.rename_suffix(DELETED_SUFFIX):  # the .txnindex too, after the .log
             crash_point(f"renamed {path.name}")
+    fsync_dir(directory)
     for swap in swaps:
         os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
         crash_point(f"installed {swap.name}")

@@ -20,9 +20,13 @@ def _drop_zero_tail(index: OffsetIndex | TimeIndex, path: Path, active: bool, re
 
     The active segment's index is preallocated while a writer runs, so its tail is expected; any
     other segment's index should be trimmed (a crash between a roll and the trim leaves the zeros,
-    which recovery trims).
+    which recovery trims). A file of zeros only is all tail: a segment sealed with no entry leaves
+    one when a power loss keeps its preallocated size and not its trim (Kafka's dump would take the
+    first zero entry for a real one, naming the base offset at position 0).
     """
     n = index.entries_before_zero_tail()
+    if n == 1 and index.entries > 1 and index.is_zero_filled():
+        n = 0
     if n < index.entries:
         if not active:
             report.note(

@@ -53,6 +53,20 @@ def test_untrimmed_index_only_allowed_on_the_active_segment(two_segments):
     assert "not trimmed" in report.notes[0].message
 
 
+def test_a_sealed_segments_index_of_zeros_only_is_untrimmed_not_damaged(two_segments):
+    """A segment sealed with no index entry, whose preallocated size a power loss kept and whose trim
+    it lost: the file is zeros only. Its first entry is no entry (the base offset at position 0 would
+    be wrong for a first batch of several records): a note, as any untrimmed tail."""
+    logs = sorted(two_segments.glob("*.log"))
+    index, time_index = logs[0].with_suffix(".index"), logs[0].with_suffix(".timeindex")
+    index.write_bytes(bytes(8 * 100))
+    time_index.write_bytes(bytes(12 * 100))
+    report = verify_paths([two_segments])
+    assert report.problems == []
+    notes = [(p.path, p.position) for p in report.notes if "zero-filled" in p.message]
+    assert notes == [(index, 0), (time_index, 0)]
+
+
 def test_inactive_segment_without_final_time_entry(two_segments):
     logs = sorted(two_segments.glob("*.log"))
     tindex = logs[0].with_suffix(".timeindex")
