@@ -159,18 +159,35 @@ class WindowLimits:
 
 
 def make_window(
-    chunk: bytearray, position: int, headers: list[BatchHeader], path: object, limits: WindowLimits
+    chunk: bytearray,
+    position: int,
+    headers: list[BatchHeader],
+    path: object,
+    limits: WindowLimits,
+    previous_last: int | None = None,
 ) -> Window:
     """The window of the first of ``headers`` (read into ``chunk`` from file ``position``) that fit
     ``limits``; the compactable batches' records are decompressed here, one batch at a time, so that
-    a window stops before its decompressed records pass ``limits.area_bytes``."""
+    a window stops before its decompressed records pass ``limits.area_bytes``. Offsets must strictly
+    increase from ``previous_last`` (the last offset before the window, in its segment) on: a
+    baseOffset outside the CRC that overlaps the batch before is damage (CorruptRecordError), never
+    mapped nor copied under wrong offsets."""
     areas: list[bytes | memoryview | None] = []
     records = area_bytes = 0
     view = memoryview(chunk)
+    last = -1 if previous_last is None else previous_last
     for header in headers:
         count = max(header.records_count, 0)
         if areas and (len(areas) >= limits.batches or records + count > limits.records):
             break
+        first = header.base_offset if header.magic >= 2 else header.last_offset
+        if first <= last:
+            raise CorruptRecordError(
+                f"damaged batch: offsets from {first} overlap the batch before's (up to {last})",
+                path,  # type: ignore[arg-type]
+                header.position,
+            )
+        last = header.last_offset
         local = header.position - position
         end = local + header.size
         attributes = header.attributes

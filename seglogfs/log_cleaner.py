@@ -408,12 +408,22 @@ class Cleaner:
         ``log.cleaner.io.buffer.size`` bytes (at least 4 MiB) read at a time. Read through a descriptor
         of our own: retention may close the segment's meanwhile."""
         fd = segment.open_reader_fd()
+        # From ``position`` on offsets strictly increase, from the segment's base offset at its start.
+        previous_last = segment.base_offset - 1 if position == 0 else None
         try:
             end = segment.size
             while position < end:
                 if self.should_stop():
                     raise CleanAborted(f"the clean of {segment.log_path} was stopped")
-                window = self._read_window(fd, segment, position, end)
+                window = self._read_window(fd, segment, position, end, previous_last)
+                previous_last = window.headers[-1].last_offset
+                limit = segment.offset_limit
+                if limit is not None and previous_last >= limit:
+                    raise CorruptRecordError(
+                        f"damaged batch: offsets up to {previous_last} run into the next segment's ({limit})",
+                        segment.log_path,
+                        window.headers[-1].position,
+                    )
                 self.throttle(window.headers[-1].end_position - position)
                 position = window.headers[-1].end_position
                 window.last = position >= end
@@ -421,7 +431,9 @@ class Cleaner:
         finally:
             os.close(fd)
 
-    def _read_window(self, fd: int, segment: LogSegment, position: int, end: int) -> Window:
+    def _read_window(
+        self, fd: int, segment: LogSegment, position: int, end: int, previous_last: int | None = None
+    ) -> Window:
         """The batches from ``position`` that fit the window's bytes and limits (at least one), CRC
         checked. A window cut short by its limits makes the next read that much shorter (so small
         records are not read over and over), a full one lets it grow back."""
@@ -438,7 +450,7 @@ class Cleaner:
                 raise CorruptRecordError("a batch runs past the end of the sealed segment", path, position)
             chunk = _read(fd, position, header.size, path)
             headers = [header]
-        window = make_window(chunk, position, headers, path, self.window_limits)
+        window = make_window(chunk, position, headers, path, self.window_limits, previous_last)
         used = window.headers[-1].end_position - position
         cut = len(window.headers) < len(headers) or len(headers) == most
         self._read_size = max(used + used // 4, _SMALLEST_WINDOW) if cut else self.window_bytes

@@ -52,3 +52,24 @@ def test_a_damaged_batch_stops_the_clean_naming_file_and_position(tmp_path: Path
         assert ("malformed record" if fix_crc else "CRC") in str(caught.value)
         assert path.read_bytes() == data
         assert not list(lg.dir.glob("*.cleaned")) and not list(lg.dir.glob("*.swap"))
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_a_moved_base_offset_stops_the_clean(tmp_path: Path, shift: int) -> None:
+    """A baseOffset (outside the CRC) moved by one: the cleaner mapped the batch's key at the wrong
+    offset and copied it as it was; now the overlap with a neighbour stops the clean, naming the file,
+    and the log stays as it was."""
+    clock = ManualClock()
+    manager, lg = _log_with_single_record_batches(tmp_path, clock)
+    with manager:
+        path = lg.segments[0].log_path
+        data = bytearray(path.read_bytes())
+        victim = list(iter_batch_headers(data))[17]
+        struct.pack_into(">q", data, victim.position, victim.base_offset + shift)
+        path.write_bytes(data)
+        with pytest.raises(CorruptRecordError) as caught:
+            _clean(lg, clock)
+        assert caught.value.path == str(path)
+        assert "overlap" in str(caught.value)
+        assert path.read_bytes() == data
+        assert not list(lg.dir.glob("*.cleaned")) and not list(lg.dir.glob("*.swap"))

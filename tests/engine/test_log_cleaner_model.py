@@ -220,7 +220,7 @@ def _batches(log_dir: Path) -> list:
     return out
 
 
-def check_txn_final(lg, table: dict, model: TxnModel) -> None:
+def check_txn_final(lg, table: dict, model: TxnModel, original: list) -> None:
     expected = sorted((o, k, v) for k, (o, v) in table.items() if v is not None)
     assert lg.last_stable_offset == lg.end_offset  # no transaction left open by a lost marker
     assert engine_records(lg) == expected
@@ -232,7 +232,7 @@ def check_txn_final(lg, table: dict, model: TxnModel) -> None:
     # Each producer's last data batch is left (Kafka keeps it for the producer's sequence).
     last_data: dict[int, int] = {}
     epoch_of: dict[int, int] = {}
-    for header in _original_batches(model):
+    for header in original:
         if header.producer_id >= 0:
             if epoch_of.get(header.producer_id) != header.producer_epoch:
                 last_data.pop(header.producer_id, None)
@@ -258,19 +258,12 @@ def check_txn_final(lg, table: dict, model: TxnModel) -> None:
         assert has_batch or header.producer_id not in last_data, header
 
 
-_ORIGINAL: dict[int, list] = {}
-
-
-def _original_batches(model: TxnModel) -> list:
-    return _ORIGINAL[id(model)]
-
-
 def run_txn_model(ops, end_commits: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         log_dir = root / "table-0"
         model = txn_scenario(ops, end_commits).write(log_dir)
-        _ORIGINAL[id(model)] = _batches(log_dir)
+        original = _batches(log_dir)
         table = committed_table(model)
         clock = ManualClock()
         cfg = compact_config(delete_retention_ms=DELETE_RETENTION_MS, segment_bytes=5000)
@@ -288,14 +281,13 @@ def run_txn_model(ops, end_commits: bool) -> None:
             for _ in range(200):
                 if manager.clean_once() is None:
                     break
-            check_txn_final(lg, table, model)
+            check_txn_final(lg, table, model, original)
             manager.close()
             manager = open_manager(root, cfg, clock)
             lg = manager.get("table-0")
-            check_txn_final(lg, table, model)
+            check_txn_final(lg, table, model, original)
         finally:
             manager.close()
-            _ORIGINAL.pop(id(model), None)
         assert_verifies(log_dir)
 
 

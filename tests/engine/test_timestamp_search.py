@@ -4,12 +4,16 @@ cannot see) never makes ``offset_for_timestamp`` answer past the first record wi
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
+import pytest
 from support.engine_helpers import config
+from support.mount_fixture import make_seglogd
 
 from seglogfs.log import Log
+from seglogfs.log_manager import LogManager
 from seglogfs.records import iter_batch_headers
 
 # Timestamps that go back now and then (producers' CreateTime may), entries every few batches: a
@@ -22,15 +26,17 @@ def stamp_of(i: int) -> int:
     return START + 10 * i - (12 if i % 4 == 3 else 0) + (25 if i % 5 == 1 else 0)
 
 
-def build(log_dir: Path) -> list[tuple[int, int]]:
-    """A closed log of 40 batches; (offset, timestamp) of every record."""
+def build(log_dir: Path, lg: Log | None = None) -> list[tuple[int, int]]:
+    """A closed log of 40 batches (or 40 batches appended to ``lg``); (offset, timestamp) of every
+    record."""
+    if lg is None:
+        with Log.open(log_dir, CFG, create=True) as opened:
+            return build(log_dir, opened)
     records = []
-    with Log.open(log_dir, CFG, create=True) as lg:
-        for i in range(40):
-            info = lg.append_values(
-                [b"%06d|" % (lg.end_offset + j) + b"v" * 40 for j in range(2)], stamp_of(i)
-            )
-            records += [(info.first_offset + j, stamp_of(i)) for j in range(2)]
+    for i in range(40):
+        values = [b"%06d|" % (lg.end_offset + j) + b"v" * 40 for j in range(2)]
+        info = lg.append_values(values, stamp_of(i))
+        records += [(info.first_offset + j, stamp_of(i)) for j in range(2)]
     return records
 
 
@@ -61,3 +67,35 @@ def test_an_ordered_wrong_middle_entry_naming_a_real_batch_never_answers_late(tm
                         assert lg.offset_for_timestamp(target) == expected[target], (slot, entry, target)
             rewrites += 1
     assert rewrites >= 3
+
+
+@pytest.mark.fuse
+@pytest.mark.usefixtures("fuse_available")
+def test_through_the_mount_by_time_ignores_an_ordered_wrong_middle_entry(tmp_path: Path) -> None:
+    """``readlink by-time/<ts>`` with the middle entry of a sealed segment's .timeindex rewritten to
+    name a later batch with its (lower) max timestamp: the link is still the first record >= ts."""
+    data_dir = tmp_path / "data"
+    with LogManager(data_dir, CFG) as manager:
+        lg = manager.create_log("t-0")
+        records = build(data_dir / "t-0", lg)
+        lg.roll()
+    log_path = next((data_dir / "t-0").glob("*.log"))
+    index_path = log_path.with_suffix(".timeindex")
+    forged = bytearray(index_path.read_bytes())
+    first_stamp, _ = struct.unpack_from(">qi", forged, 0)
+    stamp, rel = struct.unpack_from(">qi", forged, 12)
+    _, next_rel = struct.unpack_from(">qi", forged, 24)
+    batches = list(iter_batch_headers(log_path.read_bytes(), path=log_path))
+    lower = next(  # in order, and a batch with a higher timestamp lies before it
+        h for h in batches if rel < h.last_offset <= next_rel and first_stamp < h.max_timestamp < stamp
+    )
+    struct.pack_into(">qi", forged, 12, lower.max_timestamp, lower.last_offset)
+    index_path.write_bytes(bytes(forged))
+    target = lower.max_timestamp + 1
+    expected = next(o for o, ts in records if ts >= target)
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={}, defaults={"index.interval.bytes": 500})
+    try:
+        daemon.start()
+        assert os.readlink(daemon / "t-0" / "by-time" / str(target)) == f"../by-offset/{expected}"
+    finally:
+        daemon.cleanup()
