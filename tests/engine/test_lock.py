@@ -183,3 +183,30 @@ def test_a_log_manager_holds_no_lock_descriptor_per_log_yet_keeps_other_writers_
         proc.kill()
         proc.wait(timeout=10)
     Log.open(data / "e5-0").close()  # free again once the manager is closed
+
+
+def test_writers_of_many_logs_of_one_data_dir_open_them_at_once(tmp_path: Path) -> None:
+    """Each writer checks the data dir's lock (shared, for an instant): 8 threads opening 8 logs of one
+    data dir at the same time never refuse each other."""
+    import threading
+
+    from seglogfs.log import Log
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / DATA_DIR_LOCK_FILE).write_text("")
+    errors: list[BaseException] = []
+
+    def open_and_close(name: str) -> None:
+        try:
+            for _ in range(30):
+                Log.open(data / name, create=True).close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_close, args=(f"w{i}-0",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
