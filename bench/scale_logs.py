@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -133,6 +134,8 @@ def run_size(base: Path, count: int, nofile: int) -> dict[str, float]:
                     break
             time.sleep(0.01)
         row["start_s"] = time.perf_counter() - started
+        opened = re.search(r"opened \d+ log\(s\) in .* in ([0-9.]+) s", stderr.read_text())
+        row["open_logs_s"] = float(opened.group(1)) if opened else float("nan")
         row["rss_start_mb"] = rss_mb(proc.pid)
         row["fds_start"] = open_fds(proc.pid)
         names = [f"small{i}-0" for i in random.Random(7).sample(range(count), SAMPLE)]
@@ -177,7 +180,8 @@ def main() -> None:
         for count in args.logs:
             rows.append(run_size(base, count, args.nofile))
             print(json.dumps(rows[-1]), flush=True)
-    columns = [("logs", "logs", "{:.0f}"), ("start_s", "start s", "{:.2f}"), ("stop_s", "stop s", "{:.2f}"),
+    columns = [("logs", "logs", "{:.0f}"), ("start_s", "start s", "{:.2f}"),
+               ("open_logs_s", "of which opening the logs", "{:.2f}"), ("stop_s", "stop s", "{:.2f}"),
                ("rss_start_mb", "RSS MB", "{:.0f}"), ("rss_used_mb", f"RSS MB, {SAMPLE} used", "{:.0f}"),
                ("fds_start", "fds", "{:.0f}"), ("fds_max", f"fds max, {SAMPLE} used", "{:.0f}"),
                ("index_kib_per_log", "index KiB/log", "{:.1f}"),

@@ -142,7 +142,9 @@ def _refuse_if_held(lock: LogLock, what: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Shared: writers of several logs of one data dir probe it at once without refusing each
+        # other; only the exclusive lock of its owner refuses them.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as err:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise

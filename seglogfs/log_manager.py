@@ -21,6 +21,7 @@ follows writes no clean-shutdown marker.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -59,6 +60,9 @@ from .log_files import (
     validate_log_name,
     validate_topic,
 )
+
+# A name's topic-partition, parsed once: a new log is compared with every other (thousands of them).
+_log_key = functools.lru_cache(maxsize=None)(parse_log_dir_name)
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +279,7 @@ class LogManager:
             taken = [
                 other
                 for other in (*self._logs, *self._offline)
-                if parse_log_dir_name(other) == (topic, partition)
+                if _log_key(other) == (topic, partition)
             ]
             if taken:
                 raise FileExistsError(

@@ -148,3 +148,65 @@ def test_lock_file_symlink_is_refused_not_followed(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         LogLock(tmp_path / "d").acquire()
     assert target.read_text() == "precious\n"
+
+
+def test_a_log_manager_holds_no_lock_descriptor_per_log_yet_keeps_other_writers_out(tmp_path: Path) -> None:
+    """The data dir's lock covers its logs: a writing LogManager keeps one lock descriptor whatever the
+    number of logs, a writer of one of its logs (another process, or this one) is refused naming the
+    data dir, and a log whose own lock another process took first goes offline."""
+    from seglogfs.log import Log
+    from seglogfs.log_manager import LogManager
+
+    data = tmp_path / "data"
+    with LogManager(data) as manager:
+        for i in range(20):
+            manager.create_log(f"e{i}-0")
+    taken = data / "e3-0"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(taken)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+        fds = len(os.listdir("/proc/self/fd"))
+        with LogManager(data) as manager:
+            assert len(os.listdir("/proc/self/fd")) <= fds + 1  # the data dir's .lock
+            assert "e3-0" in manager.offline and len(manager.logs) == 19
+            refused = f"is in a data dir locked for writing by pid {os.getpid()}"
+            with pytest.raises(LogLockedError, match=refused):
+                Log.open(data / "e5-0")
+            child = subprocess.run(
+                [sys.executable, "-c", "import sys\nfrom seglogfs.lock import LogLock\n"
+                 "LogLock(sys.argv[1]).acquire()", str(data / "e5-0")],
+                capture_output=True, text=True, check=False,
+            )
+            assert child.returncode != 0 and "is in a data dir locked for writing" in child.stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    Log.open(data / "e5-0").close()  # free again once the manager is closed
+
+
+def test_writers_of_many_logs_of_one_data_dir_open_them_at_once(tmp_path: Path) -> None:
+    """Each writer checks the data dir's lock (shared, for an instant): 8 threads opening 8 logs of one
+    data dir at the same time never refuse each other."""
+    import threading
+
+    from seglogfs.log import Log
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / DATA_DIR_LOCK_FILE).write_text("")
+    errors: list[BaseException] = []
+
+    def open_and_close(name: str) -> None:
+        try:
+            for _ in range(30):
+                Log.open(data / name, create=True).close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_close, args=(f"w{i}-0",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
