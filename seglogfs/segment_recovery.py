@@ -68,6 +68,7 @@ class SegmentRecovery:
 
         def _log_fd(self) -> contextlib.AbstractContextManager[int]: ...
         def _touch_budget(self) -> None: ...
+        def read_raw(self, position: int, size: int) -> bytes: ...
         offset_index: OffsetIndex
         time_index: TimeIndex
 
@@ -281,7 +282,7 @@ class SegmentRecovery:
     def _unwritten_page_in(self, start: int, end: int) -> bool:
         """Whether ``[start, end)`` of the .log holds the mark of a page never (fully) written back:
         at least ``_UNWRITTEN_RUN`` zero bytes ending at a page boundary."""
-        data = os.pread(self._fd, end - start, start)
+        data = self.read_raw(start, end - start)
         first = -(-(start + _UNWRITTEN_RUN) // _PAGE) * _PAGE
         return any(
             not any(data[boundary - _UNWRITTEN_RUN - start : boundary - start])
