@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from seglogd_process import mounted, start_seglogd, stop_seglogd, write_config  # noqa: E402
+
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log import Log  # noqa: E402
 
@@ -43,41 +44,15 @@ LINE = 100  # bytes per value (plus the newline in the file)
 READ_SIZE = 1 << 20
 
 
-def mounted(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mounts") as f:
-        return any(len(p) > 1 and p[1] == target for p in (line.split() for line in f))
-
-
 def start_daemon(base: Path, segment_bytes: str, loop: str = "single") -> tuple[subprocess.Popen, Path]:
     mount = base / "mnt"
-    config = base / "seglogfs.yaml"
-    config.write_text(json.dumps({
-        "data_dir": str(base / "data"), "mount_point": str(mount),
-        "defaults": {"segment.bytes": segment_bytes}, "logs": {"bench-0": {}},
-    }))
-    err = open(base / "seglogd.stderr", "wb")  # noqa: SIM115 (kept open for the daemon's life)
-    env = {**os.environ, "SEGLOGFS_FUSE_LOOP": loop}
-    proc = subprocess.Popen([sys.executable, "-m", "seglogd", "--config", str(config)], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
-    deadline = time.monotonic() + 30
-    while not mounted(mount):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"seglogd did not mount:\n{(base / 'seglogd.stderr').read_text()}")
-        time.sleep(0.05)
-    os.stat(mount)
-    return proc, mount
+    config = write_config(base / "seglogfs.yaml", base / "data", mount, {"segment.bytes": segment_bytes},
+                          {"bench-0": {}})
+    return start_seglogd(config, mount, loop, timeout=30), mount
 
 
 def stop_daemon(proc: subprocess.Popen, mount: Path) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    if mounted(mount):
-        subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
+    stop_seglogd(proc, mount)
 
 
 def read_all(path: Path) -> int:

@@ -13,55 +13,31 @@ Always unmounts and stops the daemons.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+from seglogd_process import start_seglogd, stop_seglogd, write_config  # noqa: E402
+
 LOOPS = ("single", "multi")
-
-
-def mounted(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mounts") as f:
-        return any(len(p) > 1 and p[1] == target for p in (line.split() for line in f))
 
 
 def start(base: Path, loop: str) -> tuple[subprocess.Popen, Path]:
     mount = base / "mnt"
-    config = base / "seglogfs.yaml"
-    config.write_text(json.dumps({"data_dir": str(base / "data"), "mount_point": str(mount),
-                                  "defaults": {"segment.bytes": "64MiB"}, "logs": {"bench-0": {}}}))
-    err = open(base / "seglogd.stderr", "wb")  # noqa: SIM115 (kept open for the daemon's life)
-    proc = subprocess.Popen([sys.executable, "-m", "seglogd", "--config", str(config)], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                            env={**os.environ, "SEGLOGFS_FUSE_LOOP": loop})
-    deadline = time.monotonic() + 60
-    while not mounted(mount):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"seglogd did not mount:\n{(base / 'seglogd.stderr').read_text()}")
-        time.sleep(0.05)
-    os.statvfs(mount)
-    return proc, mount
+    config = write_config(base / "seglogfs.yaml", base / "data", mount, {"segment.bytes": "64MiB"},
+                          {"bench-0": {}})
+    return start_seglogd(config, mount, loop), mount
 
 
 def stop(proc: subprocess.Popen, mount: Path) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    if mounted(mount):
-        subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
+    stop_seglogd(proc, mount)
 
 
 def reads(log_dir: Path, offsets: list[int]) -> float:

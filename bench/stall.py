@@ -38,24 +38,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from seglogd_process import start_seglogd, stop_seglogd  # noqa: E402
+from seglogd_process import write_config as seglogd_config  # noqa: E402
+
 Row = tuple[str, list[float], list[float]]
 
 
-def mounted(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mounts") as f:
-        return any(len(p) > 1 and p[1] == target for p in (line.split() for line in f))
-
-
 def stop_daemon(proc: subprocess.Popen, mount: Path) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    if mounted(mount):
-        subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
+    stop_seglogd(proc, mount)
 
 
 def write_config(base: Path, mount: Path, args: argparse.Namespace, **changes: dict) -> Path:
@@ -72,28 +62,12 @@ def write_config(base: Path, mount: Path, args: argparse.Namespace, **changes: d
     }
     for name, settings in changes.items():
         logs[name] = {**logs[name], **settings}
-    config = base / "seglogfs.yaml"
-    tmp = config.with_suffix(".tmp")
-    tmp.write_text(json.dumps({
-        "data_dir": str(base / "data"), "mount_point": str(mount),
-        "defaults": {"segment.bytes": "64MiB", "log.cleaner.backoff.ms": "100ms"}, "logs": logs,
-    }))
-    tmp.replace(config)
-    return config
+    defaults = {"segment.bytes": "64MiB", "log.cleaner.backoff.ms": "100ms"}
+    return seglogd_config(base / "seglogfs.yaml", base / "data", mount, defaults, logs)
 
 
 def start(base: Path, mount: Path, config: Path, loop: str) -> subprocess.Popen:
-    err = open(base / "seglogd.stderr", "ab")  # noqa: SIM115 (kept open for the daemon's life)
-    env = {**os.environ, "SEGLOGFS_FUSE_LOOP": loop}
-    proc = subprocess.Popen([sys.executable, "-m", "seglogd", "--config", str(config)], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
-    deadline = time.monotonic() + 120
-    while not mounted(mount):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"seglogd did not mount:\n{(base / 'seglogd.stderr').read_text()}")
-        time.sleep(0.05)
-    os.statvfs(mount)
-    return proc
+    return start_seglogd(config, mount, loop, timeout=120)
 
 
 class Client:
