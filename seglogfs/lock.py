@@ -98,12 +98,7 @@ class LogLock:
             os.close(fd)
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            holder = read_lock_holder(self.dir, self.file_name)
-            who = f"pid {holder}" if holder is not None else "another process"
-            error = LogLockedError(f"{self.what} {self.dir} is locked for writing by {who} ({self.path})")
-            error.path = str(self.dir)  # type: ignore[attr-defined]
-            error.pid = holder  # type: ignore[attr-defined]
-            raise error from None
+            raise _locked_error(self, f"{self.what} {self.dir} is") from None
         try:
             if record_pid:
                 os.ftruncate(fd, 0)
@@ -148,12 +143,7 @@ def _refuse_if_held(lock: LogLock, what: str) -> None:
     except OSError as err:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise
-        holder = read_lock_holder(lock.dir, lock.file_name)
-        who = f"pid {holder}" if holder is not None else "another process"
-        error = LogLockedError(f"{what} locked for writing by {who} ({lock.path})")
-        error.path = str(lock.dir)  # type: ignore[attr-defined]
-        error.pid = holder  # type: ignore[attr-defined]
-        raise error from None
+        raise _locked_error(lock, what) from None
     finally:
         os.close(fd)  # also drops the probe's flock
 
@@ -161,3 +151,14 @@ def _refuse_if_held(lock: LogLock, what: str) -> None:
 def data_dir_lock(data_dir: str | Path) -> LogLock:
     """The (not yet acquired) owner lock of a data dir: ``<data dir>/.lock``."""
     return LogLock(data_dir, DATA_DIR_LOCK_FILE, "data dir")
+
+
+def _locked_error(lock: LogLock, subject: str) -> LogLockedError:
+    """LogLockedError: ``subject`` "locked for writing by" the holder's pid, naming the lock file;
+    ``path`` and ``pid`` attributes for callers that report them."""
+    holder = read_lock_holder(lock.dir, lock.file_name)
+    who = f"pid {holder}" if holder is not None else "another process"
+    error = LogLockedError(f"{subject} locked for writing by {who} ({lock.path})")
+    error.path = str(lock.dir)  # type: ignore[attr-defined]
+    error.pid = holder  # type: ignore[attr-defined]
+    return error

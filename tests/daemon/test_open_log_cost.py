@@ -4,34 +4,19 @@ the daemon's descriptors bounded."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 import resource
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.mount_fixture import Seglogd, require_root_mounts, seglogd  # noqa: F401  (fixture)
+from support.mount_fixture import Seglogd, require_root_mounts, seglogd, small_tmpfs  # noqa: F401  (fixture)
 
 MIB = 1024 * 1024
 INDEX_BYTES = 10 * MIB  # segment.index.bytes by default
 NOFILE = 1024
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """``path`` as a tmpfs of ``size`` for the duration; always unmounted."""
-    require_root_mounts("a tmpfs data dir")
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def sh(script: str, timeout: float = 120) -> str:
@@ -60,7 +45,7 @@ def test_a_4_mib_tmpfs_runs_a_log_with_the_default_config(tmp_path: Path, seglog
     """Each active segment's indexes are 10 MiB long, sparse: a 4 MiB disk serves a log with the
     default config (the daemon used to refuse to start: "cannot reserve 10485760 bytes"), and one
     that rolls every 16 KiB: append, read, roll, restart."""
-    with tmpfs(tmp_path / "disk", "4m") as disk:
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
         data = disk / "data"
         d = seglogd(data_dir=data, defaults={}, logs={"events-0": {}, "small-0": {"segment.bytes": "16KiB"}})
         try:
@@ -129,7 +114,7 @@ def test_2000_logs_under_ulimit_n_1024(tmp_path: Path, seglogd) -> None:  # noqa
     never touched before append and read back through the mount, and the daemon's descriptors stay
     within half the limit plus what FUSE and the daemon itself hold."""
     count = 2000
-    with tmpfs(tmp_path / "disk", "256m") as disk:  # tmpfs: making 2000 logs costs no fsync
+    with small_tmpfs(tmp_path / "disk", "256m") as disk:  # tmpfs: making 2000 logs costs no fsync
         data = disk / "data"
         subprocess.run([sys.executable, "-c", _MAKE_LOGS, str(data), str(count)], check=True, timeout=300)
         d = seglogd(data_dir=data, defaults={}, logs={}, start=False)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.mount_fixture import Seglogd, require_root_mounts, seglogd  # noqa: F401  (fixture)
+from support.mount_fixture import Seglogd, require_root_mounts, seglogd, small_tmpfs  # noqa: F401  (fixture)
 
 from seglogfs.config import LogConfig
 from seglogfs.index import OffsetIndex, TimeIndex
@@ -30,19 +30,6 @@ from seglogfs.segment import LogSegment
 
 SEED = int(os.environ.get("SEGLOG_CAMPAIGN_SEED", "20261123"))
 PAGE = 4096
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str = "2M") -> Iterator[Path]:
-    """``path`` as a tmpfs of ``size`` for the duration; always unmounted (lazily if still busy)."""
-    require_root_mounts("a small tmpfs data dir")
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.fixture

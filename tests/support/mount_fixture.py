@@ -236,3 +236,16 @@ def wait_end(mnt: Path, log: str, end: int, timeout: float = RELEASE_TIMEOUT) ->
     while end_offset(mnt, log) < end and time.monotonic() < deadline:
         time.sleep(0.01)
     assert end_offset(mnt, log) == end
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str = "2M") -> Iterator[Path]:
+    """``path`` as a tmpfs of ``size`` for the duration; always unmounted (lazily if still busy)."""
+    require_root_mounts("a small tmpfs data dir")
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=False)
