@@ -61,6 +61,9 @@ from .records import (
 from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
+from .totals_counter import counter, progress
+from .totals_file import load as load_totals
+from .totals_file import save as save_totals
 from .transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -148,11 +151,13 @@ class Log(SegmentRemoval):
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
+            load_totals(directory, loaded.segments)  # what is not restored, the counter counts
         except BaseException:
             for segment in log_obj._segments:
                 segment.close(trim=False)
             log_obj._release()
             raise
+        counter().watch(log_obj)
         return log_obj
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -263,6 +268,7 @@ class Log(SegmentRemoval):
             "last_timestamp": self.last_timestamp,
             "recovery_point": self.recovery_point,
             "last_stable_offset": self.last_stable_offset,
+            "view_totals": progress(self),
             "read_only": self.read_only,
             "config": self.config.to_dict(),
         }
@@ -653,10 +659,16 @@ class Log(SegmentRemoval):
             if not self.read_only:
                 self._flush_locked()
                 snapshot_failed = self._transactions.close_snapshot(self._next_offset)
+            counter().unwatch(self)
             active = self._segments[-1]
             for segment in self._segments:
                 segment.close(trim=segment is active and not self.read_only)
             self._purge_deleted(2**62)
+            if not self.read_only:
+                try:
+                    save_totals(self.dir, self._segments)
+                except OSError as exc:  # the next open counts them again
+                    log.warning("%s: the view totals were not saved: %s", self.name, exc)
             self._closed = True
             self._release()
             self._batch_cache.clear()

@@ -1,0 +1,279 @@
+"""``SegmentTotals``: the stream bytes of one segment's batches, counted once, kept as the log changes.
+
+The views (``records``, ``records.jsonl``, ``from/<n>``...: :mod:`seglogfs.value_stream`) need, per
+segment, how many bytes its records make in each format. A segment's totals are counted from its
+start up to a *frontier* (a batch boundary: file position, next offset, and the bytes of the
+``values`` and ``jsonl`` formats before it), and keep sparse cumulative *checkpoints* (every
+:data:`CHECKPOINT_BATCHES` batches or :data:`CHECKPOINT_BYTES` of file): a stream's size within a
+segment is then a checkpoint lookup plus a count of at most one checkpoint's stretch, and a read finds
+its batch the same way. Counting happens at append (the batch is in memory), in the background
+(:mod:`seglogfs.totals_counter`) for a segment nobody counted yet, or by a read that needs positions
+past the frontier; never twice, and never for the same batch by two callers (one lock). A damaged
+batch counts zero bytes (as the views skip it). The totals survive a clean restart through
+:mod:`seglogfs.totals_file`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import weakref
+from array import array
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from .errors import CorruptRecordError
+from .records import BatchHeader, read_batch_header
+from .stream_format import JSON_LINES, VALUES, StreamFormat
+
+if TYPE_CHECKING:
+    from .segment import Damage, LogSegment
+
+__all__ = ["CHECKPOINT_BATCHES", "CHECKPOINT_BYTES", "FORMAT_NAMES", "Point", "SegmentTotals"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_BATCHES = 128
+CHECKPOINT_BYTES = 256 * 1024
+#: the formats counted, in the order of :class:`Point`'s cumulative fields
+FORMAT_NAMES = (VALUES.name, JSON_LINES.name)
+_FORMATS = (VALUES, JSON_LINES)
+
+
+class Point(NamedTuple):
+    """A batch boundary of a segment and what lies before it."""
+
+    position: int  # file position
+    offset: int  # the offset of the next batch (the one after the last batch before it)
+    values: int  # ``records`` bytes before it
+    jsonl: int  # ``records.jsonl`` bytes before it
+
+    def cum(self, fmt: str) -> int:
+        """The bytes before this point in format ``fmt`` (a :data:`FORMAT_NAMES` name)."""
+        return self.values if fmt == VALUES.name else self.jsonl
+
+
+class Batch(NamedTuple):
+    """A counted batch, as a window of :meth:`SegmentTotals.window` lists it."""
+
+    position: int
+    size: int
+    start: int  # the format's bytes before it in the segment
+
+
+def _count(data: bytes, header: BatchHeader, path: str) -> tuple[int, int] | None:
+    """(values bytes, jsonl bytes) of a whole batch; None when its records do not parse (damage)."""
+    try:
+        return VALUES.count(data, header, path), JSON_LINES.count(data, header, path)
+    except CorruptRecordError:
+        return None
+
+
+class SegmentTotals:
+    """The counted totals of one :class:`~seglogfs.segment.LogSegment` (see the module docstring)."""
+
+    def __init__(self, segment: LogSegment) -> None:
+        self._segment = weakref.ref(segment)
+        self.base_offset = segment.base_offset
+        self._lock = threading.Lock()
+        self._positions = array("q", [0])
+        self._offsets = array("q", [segment.base_offset])
+        self._values = array("q", [0])
+        self._jsonl = array("q", [0])
+        #: the counted frontier: replaced whole (readers take it without the lock)
+        self.frontier = Point(0, segment.base_offset, 0, 0)
+        self._since_batches = 0
+        self._since_bytes = 0
+
+    # ------------------------------------------------------------------ state
+    def counted(self, size: int) -> bool:
+        """Whether everything below file size ``size`` is counted."""
+        return self.frontier.position >= size
+
+    def state(self) -> tuple[Point, int, int, list[array]]:
+        """(frontier, batches and bytes since the last checkpoint, the checkpoint arrays) for
+        :mod:`seglogfs.totals_file`."""
+        with self._lock:
+            arrays = [array("q", a) for a in (self._positions, self._offsets, self._values, self._jsonl)]
+            return self.frontier, self._since_batches, self._since_bytes, arrays
+
+    def restore(self, frontier: Point, since: tuple[int, int], arrays: Sequence[array]) -> None:
+        """Take a state :meth:`state` gave (validated by the caller against the segment's file)."""
+        with self._lock:
+            self._positions, self._offsets, self._values, self._jsonl = (array("q", a) for a in arrays)
+            self._since_batches, self._since_bytes = since
+            self.frontier = frontier
+
+    # ------------------------------------------------------------------ counting
+    def _advance(self, header: BatchHeader, counts: tuple[int, int] | None) -> None:
+        """Step the frontier over the batch ``header`` (the caller holds the lock)."""
+        values, jsonl = counts if counts is not None else (0, 0)
+        f = self.frontier
+        self.frontier = Point(header.end_position, header.next_offset, f.values + values, f.jsonl + jsonl)
+        self._since_batches += 1
+        self._since_bytes += header.size
+        if self._since_batches >= CHECKPOINT_BATCHES or self._since_bytes >= CHECKPOINT_BYTES:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        f = self.frontier
+        self._positions.append(f.position)
+        self._offsets.append(f.offset)
+        self._values.append(f.values)
+        self._jsonl.append(f.jsonl)
+        self._since_batches = self._since_bytes = 0
+
+    def appended(self, position: int, batches: Sequence[bytes]) -> None:
+        """Count batches just written at ``position`` (from their bytes in memory), when the
+        frontier stands right there; otherwise (or when a count holds the lock) leave them to
+        :meth:`catch_up`."""
+        if self.frontier.position != position or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self.frontier.position != position:
+                return
+            segment = self._segment()
+            path = "" if segment is None else str(segment.log_path)
+            for batch in batches:
+                header = read_batch_header(batch, 0, path=path, base_position=position)
+                self._advance(header, _count(batch, header.at(0), path))
+                position += len(batch)
+        except Exception:  # never fails an append that is written: the counter recounts from the file
+            log.exception("counting an appended batch at %d of %s", position, self._segment())
+        finally:
+            self._lock.release()
+
+    def catch_up(
+        self, end: int | None = None, *, until: Callable[[Point], bool] | None = None, max_batches: int = -1
+    ) -> bool:
+        """Count from the frontier on, up to file position ``end`` (default: the segment's size), or
+        until ``until(frontier)`` holds, or ``max_batches`` batches; True when it reached ``end``."""
+        with self._lock:
+            segment = self._segment()
+            if segment is None:
+                return True
+            end = segment.size if end is None else min(end, segment.size)
+            if self.frontier.position >= end:
+                return True
+            if until is not None and until(self.frontier):
+                return False
+            try:
+                fd = segment.open_reader_fd()
+            except FileNotFoundError:
+                return True  # purged: nobody can read it any more
+            damaged: list[Damage] = []
+            path = str(segment.log_path)
+            try:
+                for header, data in segment.iter_batches(
+                    self.frontier.position, end, fd=fd, on_damage=damaged.append
+                ):
+                    if damaged:
+                        self._skip(damaged, segment)
+                    counts = _count(data, header.at(0), path)
+                    if counts is None:
+                        log.error(
+                            "records: %s: position %d: the records do not parse; skipped by the views",
+                            path, header.position,
+                        )
+                    self._advance(header, counts)
+                    max_batches -= 1
+                    if max_batches == 0 or (until is not None and until(self.frontier)):
+                        return self.frontier.position >= end
+            except FileNotFoundError:
+                return True
+            finally:
+                os.close(fd)
+            if damaged:
+                self._skip(damaged, segment)
+            return self.frontier.position >= end
+
+    def _skip(self, damaged: list[Damage], segment: LogSegment) -> None:
+        """Step the frontier past damaged stretches (they count nothing), logging each."""
+        f = self.frontier
+        for damage in damaged:
+            log.error(
+                "records: %s: position %d: %s; skipped by the views", segment.log_path, damage.position,
+                damage.reason,
+            )
+        self.frontier = Point(max(f.position, damaged[-1].end), f.offset, f.values, f.jsonl)
+        damaged.clear()
+
+    # ------------------------------------------------------------------ lookups
+    def _walk(
+        self, start: Point, end: int, fmt: StreamFormat
+    ) -> list[tuple[BatchHeader, bytes, int]]:
+        """(header, bytes, format bytes) of the batches counted between ``start`` and file position
+        ``end`` (a damaged one counts 0)."""
+        segment = self._segment()
+        if segment is None:
+            raise FileNotFoundError(f"segment {self.base_offset} is gone")
+        fd = segment.open_reader_fd()
+        out = []
+        path = str(segment.log_path)
+        try:
+            for header, data in segment.iter_batches(start.position, end, fd=fd, on_damage=lambda d: None):
+                try:
+                    nbytes = fmt.count(data, header.at(0), path)
+                except CorruptRecordError:
+                    nbytes = 0
+                out.append((header, data, nbytes))
+        finally:
+            os.close(fd)
+        return out
+
+    def _checkpoint_at(self, k: int) -> Point:
+        return Point(self._positions[k], self._offsets[k], self._values[k], self._jsonl[k])
+
+    def _stretch(self, k: int) -> tuple[Point, int]:
+        """Checkpoint ``k`` and the file position where its stretch ends (the next one, or the frontier)."""
+        with self._lock:
+            point = self._checkpoint_at(k)
+            end = self._positions[k + 1] if k + 1 < len(self._positions) else self.frontier.position
+        return point, end
+
+    def locate(self, offset: int, fmt: StreamFormat) -> tuple[int, BatchHeader, bytes, int] | None:
+        """The counted batch holding ``offset``, or the first after it: (the ``fmt`` bytes before it,
+        its header, its bytes, its ``fmt`` bytes); None when the frontier has not passed ``offset``.
+        Reads at most one checkpoint's stretch."""
+        if self.frontier.offset <= offset:
+            return None
+        with self._lock:
+            k = max(bisect.bisect_right(self._offsets, offset) - 1, 0)
+        while True:
+            point, end = self._stretch(k)
+            cum = point.cum(fmt.name)
+            for header, data, nbytes in self._walk(point, end, fmt):
+                if header.last_offset >= offset:
+                    return cum, header, data, nbytes
+                cum += nbytes
+            k += 1  # an offset in a damaged stretch: the next batch after it
+            if end >= self.frontier.position:
+                return None
+
+    def window(self, cum: int, fmt: StreamFormat) -> tuple[list[Batch], int]:
+        """The batches of the checkpoint stretch holding byte ``cum`` of ``fmt`` (counted bytes of the
+        segment), those with bytes, each with the bytes before it; and the bytes before the stretch's end."""
+        name = fmt.name
+        with self._lock:
+            cums = self._values if name == VALUES.name else self._jsonl
+            k = max(bisect.bisect_right(cums, cum) - 1, 0)
+        with self._lock:
+            point = self._checkpoint_at(k)
+            last = self._checkpoint_at(k + 1) if k + 1 < len(self._positions) else self.frontier
+            end = last.position
+        start = point.cum(name)
+        out = []
+        for header, _, nbytes in self._walk(point, end, fmt):
+            if nbytes:
+                out.append(Batch(header.position, header.size, start))
+            start += nbytes
+        if start != last.cum(name):
+            # damaged (or rewritten) since it was counted: its positions no longer hold; the next open
+            # recounts it (the file's mtime changed)
+            segment = self._segment()
+            raise CorruptRecordError(
+                "the batches changed since they were counted", segment and segment.log_path, point.position
+            )
+        return out, start
