@@ -235,6 +235,9 @@ class ValueStream:
         if small and not t.counted(size) and size - t.frontier.position <= COUNT_INLINE_BYTES:
             self._catch_up(seg)
         f = t.frontier
+        if seg.dropped and f.position > seg.scanned and not os.path.exists(segment.log_path):
+            # counted in memory, but purged before this stream saw those bytes: it can never read them
+            self._raise_if_gone(seg)
         seg.counted_all = t.counted(size)
         if seg.part_pos < 0 and not self._locate(seg):
             return
