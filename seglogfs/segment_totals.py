@@ -61,6 +61,7 @@ class Batch(NamedTuple):
     position: int
     size: int
     start: int  # the format's bytes before it in the segment
+    data: bytes  # the batch (a window holds at most one stretch of the file)
 
 
 def _count(data: bytes, header: BatchHeader, path: str) -> tuple[int, int] | None:
@@ -265,9 +266,9 @@ class SegmentTotals:
             end = last.position
         start = point.cum(name)
         out = []
-        for header, _, nbytes in self._walk(point, end, fmt):
+        for header, data, nbytes in self._walk(point, end, fmt):
             if nbytes:
-                out.append(Batch(header.position, header.size, start))
+                out.append(Batch(header.position, header.size, start, data))
             start += nbytes
         if start != last.cum(name):
             # damaged (or rewritten) since it was counted: its positions no longer hold; the next open

@@ -326,16 +326,18 @@ class ValueStream:
                 self._windows.popitem(last=False)
         return batches, starts
 
-    def _render(self, seg: _Segment, position: int, size: int) -> bytes:
-        """The stream bytes of the batch at ``position`` of ``seg`` (the last one kept)."""
+    def _render(self, seg: _Segment, position: int, size: int, buf: bytes | None = None) -> bytes:
+        """The stream bytes of the batch at ``position`` of ``seg`` (the last one kept); ``buf``: the
+        batch's bytes when the caller has them."""
         cached = self._cached
         if cached is not None and cached[0] == seg.segment.uid and cached[1] == position:
             return cached[2]
-        fd = self._open(seg)
-        try:
-            buf = os.pread(fd, size, position)
-        finally:
-            os.close(fd)
+        if buf is None:
+            fd = self._open(seg)
+            try:
+                buf = os.pread(fd, size, position)
+            finally:
+                os.close(fd)
         header = read_batch_header(buf, 0, path=seg.segment.log_path)
         values = self.fmt.render(buf, header, str(seg.segment.log_path), self.first_offset)
         self._cached = (seg.segment.uid, position, values)
@@ -352,7 +354,7 @@ class ValueStream:
         if i < 0:
             return b""
         batch = batches[i]
-        values = self._render(seg, batch.position, batch.size)
+        values = self._render(seg, batch.position, batch.size, batch.data)
         return values[cum - batch.start : cum - batch.start + wanted]
 
     def _read_totals(self, position: int, size: int) -> bytes:
