@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log_manager import LogManager  # noqa: E402
-from seglogfs.totals_file import TOTALS_FILE  # noqa: E402
+from seglogfs.totals_file import TOTALS_SUFFIX  # noqa: E402
 
 
 def mounted(path: Path) -> bool:
@@ -175,8 +175,8 @@ def run_size(base: Path, big: int, ones: int) -> dict[str, float]:
     shutil.copytree(data, copy)
     (copy / ".kafka_cleanshutdown").unlink(missing_ok=True)
     for log_dir in copy.iterdir():
-        if log_dir.is_dir():
-            (log_dir / TOTALS_FILE).unlink(missing_ok=True)
+        for path in log_dir.glob(f".*{TOTALS_SUFFIX}") if log_dir.is_dir() else ():
+            path.unlink()
     ro_base = base / "ro"
     ro_base.mkdir()
     ro = Daemon(ro_base, copy, read_only=True)

@@ -64,6 +64,7 @@ from .timestamp_search import find_offset_by_timestamp
 from .totals_counter import counter, progress
 from .totals_file import load as load_totals
 from .totals_file import save as save_totals
+from .totals_file import save_segment as save_segment_totals
 from .transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class Log(SegmentRemoval):
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
-            load_totals(directory, loaded.segments)  # what is not restored, the counter counts
+            load_totals(loaded.segments)  # what is not restored, the counter counts
         except BaseException:
             for segment in log_obj._segments:
                 segment.close(trim=False)
@@ -462,8 +463,24 @@ class Log(SegmentRemoval):
             self._set_segments([*self._segments, new])
             self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
+            self.save_sealed_totals(active)
             self._transactions.snapshot(new.base_offset)  # as Kafka: at every roll, at the new base
             return new
+
+    def save_sealed_totals(self, segment: LogSegment) -> None:
+        """Keep the view totals of the sealed ``segment`` in its totals file once they are counted to
+        its end (a restart then counts nothing of it, even after kill -9); a failure only costs a
+        recount."""
+        with self._lock:  # one writer of the file at a time (the counter's thread, a roll, close)
+            if self.read_only or self._closed or segment.totals.saved:
+                return
+            if not segment.totals.counted(segment.size):
+                return
+            try:
+                save_segment_totals(segment)
+            except OSError as exc:
+                name = segment.log_path.name
+                log.warning("%s: the view totals of %s were not saved: %s", self.name, name, exc)
 
     # ================================================================== flushing
 

@@ -87,6 +87,7 @@ class SegmentTotals:
         self.frontier = Point(0, segment.base_offset, 0, 0)
         self._since_batches = 0
         self._since_bytes = 0
+        self.saved = False  # its file (seglogfs.totals_file) holds this state (sealed segments only)
 
     # ------------------------------------------------------------------ state
     def counted(self, size: int) -> bool:

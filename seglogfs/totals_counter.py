@@ -75,6 +75,8 @@ class TotalsCounter:
                 counted += totals.frontier.position - before
                 if totals.frontier.position == before:
                     break  # a torn tail being written: the next look goes on
+            if segment.offset_limit is not None and totals.counted(segment.size):
+                lg.save_sealed_totals(segment)  # a sealed one: for the next start
         if started is not None and counted > 0:
             log.info(
                 "%s: view totals counted (%d bytes of segments in %.2fs)",

@@ -15,10 +15,15 @@ from support.mount_fixture import fuse_required, log_info, make_seglogd, seglogd
 from support.testdata import KAFKA_LOG_DIR
 
 from seglogfs.log_manager import LogManager
-from seglogfs.totals_file import TOTALS_FILE
+from seglogfs.totals_file import TOTALS_SUFFIX
 
 pytestmark = fuse_required
 VIEWS = ("records", "records.jsonl")
+
+
+def totals_files(log_dir: Path) -> list[Path]:
+    """The segments' totals files of a log dir."""
+    return sorted(log_dir.glob(f".*{TOTALS_SUFFIX}"))
 
 
 def run(*argv: str) -> bytes:
@@ -111,7 +116,8 @@ def test_sizes_are_what_cat_reads_through_rolls_restarts_and_kill_9(seglogd) -> 
     assert len(os.listdir(log_dir / "segments")) > 6
     assert_sizes_are_what_cat_reads(log_dir)
     assert daemon.stop() == 0
-    assert (daemon.data_dir / "events-0" / TOTALS_FILE).exists()
+    segments = sorted((daemon.data_dir / "events-0").glob("*.log"))
+    assert len(totals_files(daemon.data_dir / "events-0")) == len(segments) > 2
     daemon.start()
     assert_sizes_are_what_cat_reads(log_dir)
     for first in range(0, 300, 25):
@@ -125,29 +131,37 @@ def test_sizes_are_what_cat_reads_through_rolls_restarts_and_kill_9(seglogd) -> 
 def test_a_damaged_stale_or_missing_totals_file_is_recounted(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     write_log(data_dir, "t-0", 3000, 7, segment_bytes=8000)
-    totals = data_dir / "t-0" / TOTALS_FILE
-    good = totals.read_bytes()
+    log_dir = data_dir / "t-0"
+    good = {path: path.read_bytes() for path in totals_files(log_dir)}
+    assert len(good) > 3
     daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={"t-0": {}}, defaults={"segment.bytes": 8000})
     try:
         daemon.start()
         assert_sizes_are_what_cat_reads(daemon / "t-0")
-        assert daemon.stop() == 0
-        # stale: the file of the first close, whose active segment has grown since (and a later one)
-        daemon.start()
+        # stale: the files of the first close, whose active segment has grown since (and rolled)
         (daemon / "t-0" / "append").write_bytes(b"".join(b"late %d\n" % i for i in range(400)))
         assert daemon.stop() == 0
-        totals.write_bytes(good)
+        for path, data in good.items():
+            path.write_bytes(data)
         daemon.start()
         assert_sizes_are_what_cat_reads(daemon / "t-0")
-        daemon.stop()
-        # damaged: one byte of the arrays flipped (the checksum no longer holds)
-        data = bytearray(totals.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        totals.write_bytes(bytes(data))
+        assert daemon.stop() == 0
+        # damaged: one byte of each file flipped (its checksum no longer holds)
+        for path in totals_files(log_dir):
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            path.write_bytes(bytes(data))
         daemon.start()
         assert_sizes_are_what_cat_reads(daemon / "t-0")
-        daemon.stop()
-        totals.unlink()
+        assert daemon.stop() == 0
+        # another file's totals under a segment's name: a valid checksum, the wrong .log
+        files = totals_files(log_dir)
+        files[1].write_bytes(files[0].read_bytes())
+        daemon.start()
+        assert_sizes_are_what_cat_reads(daemon / "t-0")
+        assert daemon.stop() == 0
+        for path in totals_files(log_dir):
+            path.unlink()
         daemon.start()
         assert_sizes_are_what_cat_reads(daemon / "t-0")
     finally:
@@ -160,7 +174,8 @@ def test_a_log_counted_in_the_background_reads_exactly_meanwhile(tmp_path: Path)
     `wc -c` read every byte."""
     data_dir = tmp_path / "data"
     write_log(data_dir, "ones-0", 30_000, 1)
-    (data_dir / "ones-0" / TOTALS_FILE).unlink()
+    for path in totals_files(data_dir / "ones-0"):
+        path.unlink()
     daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={"ones-0": {}})
     try:
         daemon.start()
@@ -186,6 +201,6 @@ def test_a_read_only_copy_of_a_brokers_dir(tmp_path: Path) -> None:
         daemon.start()
         for name in ("demo-topic-0", "__consumer_offsets-15"):
             assert_sizes_are_what_cat_reads(daemon / name)
-        assert not (copy / "demo-topic-0" / TOTALS_FILE).exists()  # a read-only mount writes nothing
+        assert not totals_files(copy / "demo-topic-0")  # a read-only mount writes nothing
     finally:
         daemon.cleanup()
