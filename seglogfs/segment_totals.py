@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import sys
 import threading
 import weakref
 from array import array
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import CorruptRecordError
 from .records import BatchHeader, read_batch_header
+from .records._scan import count_run, render_run
 from .stream_format import JSON_LINES, VALUES, StreamFormat
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_BATCHES = 128
 CHECKPOINT_BYTES = 256 * 1024
+_CHUNK = 4 << 20  # file bytes read at a time when counting
+_NO_LIMIT = (1 << 63) - 1
 #: the formats counted, in the order of :class:`Point`'s cumulative fields
 FORMAT_NAMES = (VALUES.name, JSON_LINES.name)
 _FORMATS = (VALUES, JSON_LINES)
@@ -53,15 +57,6 @@ class Point(NamedTuple):
     def cum(self, fmt: str) -> int:
         """The bytes before this point in format ``fmt`` (a :data:`FORMAT_NAMES` name)."""
         return self.values if fmt == VALUES.name else self.jsonl
-
-
-class Batch(NamedTuple):
-    """A counted batch, as a window of :meth:`SegmentTotals.window` lists it."""
-
-    position: int
-    size: int
-    start: int  # the format's bytes before it in the segment
-    data: bytes  # the batch (a window holds at most one stretch of the file)
 
 
 def _count(data: bytes, header: BatchHeader, path: str) -> tuple[int, int] | None:
@@ -148,10 +143,12 @@ class SegmentTotals:
             self._lock.release()
 
     def catch_up(
-        self, end: int | None = None, *, until: Callable[[Point], bool] | None = None, max_batches: int = -1
+        self, end: int | None = None, *, until: Callable[[Point], bool] | None = None,
+        max_batches: int | None = None,
     ) -> bool:
         """Count from the frontier on, up to file position ``end`` (default: the segment's size), or
-        until ``until(frontier)`` holds, or ``max_batches`` batches; True when it reached ``end``."""
+        until ``until(frontier)`` holds, or about ``max_batches`` batches; True when it reached ``end``.
+        Runs of plain batches are counted in C (``count_run``), any other batch by the Python decoders."""
         with self._lock:
             segment = self._segment()
             if segment is None:
@@ -165,31 +162,83 @@ class SegmentTotals:
                 fd = segment.open_reader_fd()
             except FileNotFoundError:
                 return True  # purged: nobody can read it any more
-            damaged: list[Damage] = []
-            path = str(segment.log_path)
+            budget = sys.maxsize if max_batches is None else max_batches
+            limit = _NO_LIMIT if segment.offset_limit is None else segment.offset_limit
             try:
-                for header, data in segment.iter_batches(
-                    self.frontier.position, end, fd=fd, on_damage=damaged.append
-                ):
-                    if damaged:
-                        self._skip(damaged, segment)
-                    counts = _count(data, header.at(0), path)
-                    if counts is None:
-                        log.error(
-                            "records: %s: position %d: the records do not parse; skipped by the views",
-                            path, header.position,
-                        )
-                    self._advance(header, counts)
-                    max_batches -= 1
-                    if max_batches == 0 or (until is not None and until(self.frontier)):
-                        return self.frontier.position >= end
+                while self.frontier.position < end and budget > 0:
+                    position = self.frontier.position
+                    chunk = os.pread(fd, min(_CHUNK, end - position), position)
+                    rows, n, _ = count_run(chunk, self.frontier.offset, limit)
+                    if n:
+                        applied, reached = self._apply(rows, n, position, until, budget)
+                        budget -= applied
+                    elif self._slow_step(segment, fd, end):
+                        budget -= 1
+                        reached = until is not None and until(self.frontier)
+                    else:
+                        break  # a torn tail: the batch being written
+                    if reached:
+                        return False
             except FileNotFoundError:
                 return True
             finally:
                 os.close(fd)
+            return self.frontier.position >= end
+
+    def _apply(
+        self, rows: bytes, n: int, position: int, until: Callable[[Point], bool] | None, budget: int
+    ) -> tuple[int, bool]:
+        """Step the frontier over the batches ``count_run`` described (the caller holds the lock);
+        (batches applied, whether ``until`` held)."""
+        a = array("q")
+        a.frombytes(rows)
+        base = position
+        position, offset, values, jsonl = self.frontier
+        since_batches, since_bytes = self._since_batches, self._since_bytes
+        reached = False
+        applied = 0
+        for k in range(0, 4 * min(n, budget), 4):
+            end = base + a[k]
+            since_bytes += end - position
+            since_batches += 1
+            position, offset, values, jsonl = end, a[k + 1], values + a[k + 2], jsonl + a[k + 3]
+            applied += 1
+            if since_batches >= CHECKPOINT_BATCHES or since_bytes >= CHECKPOINT_BYTES:
+                self._positions.append(position)
+                self._offsets.append(offset)
+                self._values.append(values)
+                self._jsonl.append(jsonl)
+                since_batches = since_bytes = 0
+            if until is not None:
+                self.frontier = Point(position, offset, values, jsonl)
+                if until(self.frontier):
+                    reached = True
+                    break
+        self._since_batches, self._since_bytes = since_batches, since_bytes
+        self.frontier = Point(position, offset, values, jsonl)
+        return applied, reached
+
+    def _slow_step(self, segment: LogSegment, fd: int, end: int) -> bool:
+        """Count the batch at the frontier through the Python decoders (and step over any damage
+        before the next intact one); False when there is none (a torn tail)."""
+        damaged: list[Damage] = []
+        path = str(segment.log_path)
+        walk = segment.iter_batches(self.frontier.position, end, fd=fd, on_damage=damaged.append)
+        for header, data in walk:
             if damaged:
                 self._skip(damaged, segment)
-            return self.frontier.position >= end
+            counts = _count(data, header.at(0), path)
+            if counts is None:
+                log.error(
+                    "records: %s: position %d: the records do not parse; skipped by the views", path,
+                    header.position,
+                )
+            self._advance(header, counts)
+            return True
+        if damaged:
+            self._skip(damaged, segment)
+            return True
+        return False
 
     def _skip(self, damaged: list[Damage], segment: LogSegment) -> None:
         """Step the frontier past damaged stretches (they count nothing), logging each."""
@@ -254,28 +303,62 @@ class SegmentTotals:
             if end >= self.frontier.position:
                 return None
 
-    def window(self, cum: int, fmt: StreamFormat) -> tuple[list[Batch], int]:
-        """The batches of the checkpoint stretch holding byte ``cum`` of ``fmt`` (counted bytes of the
-        segment), those with bytes, each with the bytes before it; and the bytes before the stretch's end."""
+    def window(self, cum: int, fmt: StreamFormat) -> tuple[int, bytes]:
+        """The ``fmt`` bytes of the checkpoint stretch holding byte ``cum`` of the segment's counted
+        bytes, and the segment's bytes before them. CorruptRecordError when they are not the bytes
+        counted (the file changed since)."""
         name = fmt.name
         with self._lock:
             cums = self._values if name == VALUES.name else self._jsonl
             k = max(bisect.bisect_right(cums, cum) - 1, 0)
-        with self._lock:
             point = self._checkpoint_at(k)
             last = self._checkpoint_at(k + 1) if k + 1 < len(self._positions) else self.frontier
-            end = last.position
-        start = point.cum(name)
-        out = []
-        for header, data, nbytes in self._walk(point, end, fmt):
-            if nbytes:
-                out.append(Batch(header.position, header.size, start, data))
-            start += nbytes
-        if start != last.cum(name):
+        segment = self._segment()
+        if segment is None:
+            raise FileNotFoundError(f"segment {self.base_offset} is gone")
+        limit = _NO_LIMIT if segment.offset_limit is None else segment.offset_limit
+        fd = segment.open_reader_fd()
+        pieces: list[bytes] = []
+        try:
+            buf = memoryview(os.pread(fd, last.position - point.position, point.position))
+            at, next_offset = 0, point.offset
+            while at < len(buf):
+                data, n, consumed, following = render_run(buf[at:], fmt is JSON_LINES, next_offset, limit)
+                if n:
+                    pieces.append(data)
+                    at, next_offset = at + consumed, following
+                    continue
+                step = self._slow_render(segment, fd, point.position + at, last.position, fmt)
+                if step is None:
+                    break
+                data, position, next_offset = step
+                pieces.append(data)
+                at = position - point.position
+        finally:
+            os.close(fd)
+        joined = b"".join(pieces)
+        if point.cum(name) + len(joined) != last.cum(name):
             # damaged (or rewritten) since it was counted: its positions no longer hold; the next open
-            # recounts it (the file's mtime changed)
-            segment = self._segment()
+            # counts it again (the file's mtime changed)
             raise CorruptRecordError(
-                "the batches changed since they were counted", segment and segment.log_path, point.position
+                "the batches changed since they were counted", segment.log_path, point.position
             )
-        return out, start
+        return point.cum(name), joined
+
+    @staticmethod
+    def _slow_render(
+        segment: LogSegment, fd: int, position: int, end: int, fmt: StreamFormat
+    ) -> tuple[bytes, int, int] | None:
+        """(the ``fmt`` bytes of the batch at ``position``, the position after it, its next offset)
+        through the Python decoders, past any damage before it (a damaged batch renders nothing)."""
+        damaged: list[Damage] = []
+        path = str(segment.log_path)
+        for header, data in segment.iter_batches(position, end, fd=fd, on_damage=damaged.append):
+            try:
+                rendered = fmt.render(data, header.at(0), path)
+            except CorruptRecordError:
+                rendered = b""
+            return rendered, header.end_position, header.next_offset
+        if damaged:
+            return b"", damaged[-1].end, -(1 << 63)
+        return None

@@ -20,7 +20,7 @@ __all__ = ["STEP_BATCHES", "TotalsCounter", "counter", "progress"]
 
 log = logging.getLogger(__name__)
 
-STEP_BATCHES = 2000
+STEP_BATCHES = 50_000
 _IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a cleaner's new ones...)
 
 

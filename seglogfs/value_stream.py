@@ -49,7 +49,7 @@ from seglogfs.log_segments import segment_index_for
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment
-from seglogfs.segment_totals import Batch, SegmentTotals
+from seglogfs.segment_totals import SegmentTotals
 from seglogfs.stream_format import VALUES, StreamFormat
 from seglogfs.stream_reader import StreamReader
 from seglogfs.stream_totals import SealedTotal, remember_sealed_total, sealed_total
@@ -154,7 +154,7 @@ class ValueStream:
         # for itself; read_uncommitted takes the engine's totals
         self._use_totals = isolation == READ_UNCOMMITTED
         self._reported = 0  # the largest size() answered while the log was being counted
-        self._windows: OrderedDict[int, tuple[LogSegment, int, int, list[Batch], list[int]]] = OrderedDict()
+        self._windows: OrderedDict[int, tuple[LogSegment, int, bytes]] = OrderedDict()
 
     # ------------------------------------------------------------------ scanning
     def _open(self, seg: _Segment) -> int:
@@ -306,38 +306,34 @@ class ValueStream:
                     return
             seg_start += seg.nbytes
 
-    def _window(self, seg: _Segment, cum: int) -> tuple[list[Batch], list[int]]:
-        """The batches (and their starts) of the checkpoint stretch of ``seg`` holding byte ``cum``."""
+    def _window(self, seg: _Segment, cum: int) -> tuple[int, bytes]:
+        """The bytes of the checkpoint stretch of ``seg`` holding byte ``cum``, and where they start."""
         key = seg.segment.uid
         kept = self._windows.get(key)
-        if kept is not None and kept[0] is seg.segment and kept[1] <= cum < kept[2]:
+        if kept is not None and kept[0] is seg.segment and kept[1] <= cum < kept[1] + len(kept[2]):
             self._windows.move_to_end(key)
-            return kept[3], kept[4]
+            return kept[1], kept[2]
         try:
-            batches, end = seg.totals.window(cum, self.fmt)
+            start, data = seg.totals.window(cum, self.fmt)
         except FileNotFoundError:
             self._raise_if_gone(seg)
             raise
-        starts = [b.start for b in batches]
-        if batches:
-            self._windows[key] = (seg.segment, starts[0], end, batches, starts)
-            self._windows.move_to_end(key)
-            while len(self._windows) > _WINDOWS_KEPT:
-                self._windows.popitem(last=False)
-        return batches, starts
+        self._windows[key] = (seg.segment, start, data)
+        self._windows.move_to_end(key)
+        while len(self._windows) > _WINDOWS_KEPT:
+            self._windows.popitem(last=False)
+        return start, data
 
-    def _render(self, seg: _Segment, position: int, size: int, buf: bytes | None = None) -> bytes:
-        """The stream bytes of the batch at ``position`` of ``seg`` (the last one kept); ``buf``: the
-        batch's bytes when the caller has them."""
+    def _render(self, seg: _Segment, position: int, size: int) -> bytes:
+        """The stream bytes of the batch at ``position`` of ``seg`` (the last one kept)."""
         cached = self._cached
         if cached is not None and cached[0] == seg.segment.uid and cached[1] == position:
             return cached[2]
-        if buf is None:
-            fd = self._open(seg)
-            try:
-                buf = os.pread(fd, size, position)
-            finally:
-                os.close(fd)
+        fd = self._open(seg)
+        try:
+            buf = os.pread(fd, size, position)
+        finally:
+            os.close(fd)
         header = read_batch_header(buf, 0, path=seg.segment.log_path)
         values = self.fmt.render(buf, header, str(seg.segment.log_path), self.first_offset)
         self._cached = (seg.segment.uid, position, values)
@@ -349,13 +345,8 @@ class ValueStream:
             values = self._render(seg, *seg.head_batch)
             return values[rel : rel + wanted]
         cum = rel - seg.head + seg.part_cum
-        batches, starts = self._window(seg, cum)
-        i = bisect.bisect_right(starts, cum) - 1
-        if i < 0:
-            return b""
-        batch = batches[i]
-        values = self._render(seg, batch.position, batch.size, batch.data)
-        return values[cum - batch.start : cum - batch.start + wanted]
+        start, data = self._window(seg, cum)
+        return data[cum - start : cum - start + wanted]
 
     def _read_totals(self, position: int, size: int) -> bytes:
         """:meth:`_read_at` in totals mode."""

@@ -423,6 +423,10 @@ static PyObject *plain_jsonl(PyObject *self, PyObject *args)
     return Py_BuildValue("Nn", result, end);
 }
 
+/* ------------------------------------------------------------------------- runs of batches */
+
+#include "_scan_run.h"
+
 /* ------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -431,6 +435,8 @@ static PyMethodDef methods[] = {
     {"record", record, METH_VARARGS, record_doc},
     {"values", values, METH_VARARGS, values_doc},
     {"plain_jsonl", plain_jsonl, METH_VARARGS, plain_jsonl_doc},
+    {"count_run", count_run, METH_VARARGS, count_run_doc},
+    {"render_run", render_run, METH_VARARGS, render_run_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -445,6 +451,7 @@ PyMODINIT_FUNC PyInit__scan(void)
     for (int b = 0; b < 256; b++) {
         not_plain[b] = b < 0x20 || b >= 0x80 || b == '"' || b == '\\';
     }
+    crc32c_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
