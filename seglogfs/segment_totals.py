@@ -83,6 +83,7 @@ class SegmentTotals:
         self._since_batches = 0
         self._since_bytes = 0
         self.saved = False  # its file (seglogfs.totals_file) holds this state (sealed segments only)
+        self._previous = -1  # where the last batch counted starts (-1: unknown): a careful walk starts there
 
     # ------------------------------------------------------------------ state
     def counted(self, size: int) -> bool:
@@ -107,6 +108,7 @@ class SegmentTotals:
     def _advance(self, header: BatchHeader, counts: tuple[int, int] | None) -> None:
         """Step the frontier over the batch ``header`` (the caller holds the lock)."""
         values, jsonl = counts if counts is not None else (0, 0)
+        self._previous = header.position
         f = self.frontier
         self.frontier = Point(header.end_position, header.next_offset, f.values + values, f.jsonl + jsonl)
         self._since_batches += 1
@@ -198,6 +200,7 @@ class SegmentTotals:
         reached = False
         applied = 0
         for k in range(0, 4 * min(n, budget), 4):
+            self._previous = position
             end = base + a[k]
             since_bytes += end - position
             since_batches += 1
@@ -220,11 +223,16 @@ class SegmentTotals:
 
     def _slow_step(self, segment: LogSegment, fd: int, end: int) -> bool:
         """Count the batch at the frontier through the Python decoders (and step over any damage
-        before the next intact one); False when there is none (a torn tail)."""
+        before the next intact one); False when there is none (a torn tail). The careful walk starts
+        at the batch before, whose offsets vouch for the next one's (as one walk of the segment would)."""
+        frontier = self.frontier.position
         damaged: list[Damage] = []
         path = str(segment.log_path)
-        walk = segment.iter_batches(self.frontier.position, end, fd=fd, on_damage=damaged.append)
-        for header, data in walk:
+        start = self._previous if 0 <= self._previous < frontier else frontier
+        for header, data in segment.iter_batches(start, end, fd=fd, on_damage=damaged.append):
+            damaged[:] = [d for d in damaged if d.end > frontier]
+            if header.position < frontier:
+                continue
             if damaged:
                 self._skip(damaged, segment)
             counts = _count(data, header.at(0), path)
@@ -235,6 +243,7 @@ class SegmentTotals:
                 )
             self._advance(header, counts)
             return True
+        damaged[:] = [d for d in damaged if d.end > frontier]
         if damaged:
             self._skip(damaged, segment)
             return True
@@ -321,17 +330,19 @@ class SegmentTotals:
         pieces: list[bytes] = []
         try:
             buf = memoryview(os.pread(fd, last.position - point.position, point.position))
-            at, next_offset = 0, point.offset
+            at, next_offset, previous = 0, point.offset, -1
             while at < len(buf):
-                data, n, consumed, following = render_run(buf[at:], fmt is JSON_LINES, next_offset, limit)
+                data, n, consumed, following, last_start = render_run(
+                    buf[at:], fmt is JSON_LINES, next_offset, limit
+                )
                 if n:
                     pieces.append(data)
-                    at, next_offset = at + consumed, following
+                    at, next_offset, previous = at + consumed, following, at + last_start
                     continue
-                step = self._slow_render(segment, fd, point.position + at, last.position, fmt)
+                step = self._slow_render(segment, fd, point.position, at, previous, last.position, fmt)
                 if step is None:
                     break
-                data, position, next_offset = step
+                data, previous, position, next_offset = step
                 pieces.append(data)
                 at = position - point.position
         finally:
@@ -347,18 +358,24 @@ class SegmentTotals:
 
     @staticmethod
     def _slow_render(
-        segment: LogSegment, fd: int, position: int, end: int, fmt: StreamFormat
-    ) -> tuple[bytes, int, int] | None:
-        """(the ``fmt`` bytes of the batch at ``position``, the position after it, its next offset)
-        through the Python decoders, past any damage before it (a damaged batch renders nothing)."""
+        segment: LogSegment, fd: int, base: int, at: int, previous: int, end: int, fmt: StreamFormat
+    ) -> tuple[bytes, int, int, int] | None:
+        """(the ``fmt`` bytes of the batch at ``base + at``, where it starts relative to ``base``, the
+        position after it, its next offset) through the Python decoders, past any damage before it (a
+        damaged batch renders nothing); the careful walk starts at the batch before (``previous``)."""
         damaged: list[Damage] = []
         path = str(segment.log_path)
-        for header, data in segment.iter_batches(position, end, fd=fd, on_damage=damaged.append):
+        position = base + at
+        start = base + previous if 0 <= previous < at else position
+        for header, data in segment.iter_batches(start, end, fd=fd, on_damage=damaged.append):
+            if header.position < position:
+                continue
             try:
                 rendered = fmt.render(data, header.at(0), path)
             except CorruptRecordError:
                 rendered = b""
-            return rendered, header.end_position, header.next_offset
+            return rendered, header.position - base, header.end_position, header.next_offset
+        damaged = [d for d in damaged if d.end > position]
         if damaged:
-            return b"", damaged[-1].end, -(1 << 63)
+            return b"", previous, damaged[-1].end, -(1 << 63)
         return None

@@ -1,8 +1,9 @@
 /* Runs of whole RecordBatch v2 batches, straight from a .log's bytes: their ``records`` and
  * ``records.jsonl`` byte counts (count_run), or one view's bytes (render_run), in one C call for many
  * batches (seglogfs/segment_totals.py). Only the plain case is done here: an uncompressed v2 batch
- * whose CRC-32C holds, whose offsets carry on from the one before (strictly increasing, below the
- * next segment's base) and whose records parse and fill it exactly; for ``jsonl``, every record on
+ * whose CRC-32C holds, whose offsets carry on right after the one before (no gap: a baseOffset is
+ * outside the CRC, and only the careful survey of seglogfs/segment_survey.py judges one after a gap),
+ * below the next segment's base, and whose records parse and fill it exactly; for ``jsonl``, every record on
  * the fast path of plain_jsonl. The run stops before the first batch that is anything else (legacy,
  * compressed, damaged, a torn tail): the caller takes that one through the Python decoders, which
  * give the same bytes, and starts another run after it. Included by _scan.c after its visitors. */
@@ -92,7 +93,7 @@ static int run_batch(const uint8_t *p, Py_ssize_t avail, int64_t prev_next, int6
     b->base_timestamp = be64(p + 27);
     b->max_timestamp = be64(p + 35);
     b->count = be32(p + 57);
-    if ((b->attributes & ATTR_COMPRESSION) || last_delta < 0 || b->base_offset < prev_next
+    if ((b->attributes & ATTR_COMPRESSION) || last_delta < 0 || b->base_offset != prev_next
         || b->next_offset > limit || b->count < 0 || b->count > (b->size - RUN_HEADER) / 7) {
         return 0;
     }
@@ -149,7 +150,7 @@ PyDoc_STRVAR(count_run_doc,
 "count_run(buf, next_offset, limit_offset) -> (bytes, batches, consumed)\n\n"
 "Walk the plain batches at the start of ``buf`` (see _scan_run.h); for each, four int64 (native\n"
 "order) in the bytes: its end within ``buf``, its next offset, its ``records`` bytes and its\n"
-"``records.jsonl`` bytes. ``next_offset``: the offset the first batch may not start below;\n"
+"``records.jsonl`` bytes. ``next_offset``: the offset the first batch must start at;\n"
 "``limit_offset``: the offset no batch may reach. Stops at the first batch that is not plain.");
 
 static PyObject *count_run(PyObject *self, PyObject *args)
@@ -203,9 +204,10 @@ static PyObject *count_run(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(render_run_doc,
-"render_run(buf, jsonl, next_offset, limit_offset) -> (bytes, batches, consumed, next_offset)\n\n"
+"render_run(buf, jsonl, next_offset, limit_offset) -> (bytes, batches, consumed, next_offset, last)\n\n"
 "The ``records`` (or, ``jsonl`` true, ``records.jsonl``) bytes of the plain batches at the start of\n"
-"``buf``, joined; stops as count_run does. Returns the next offset after the last one too.");
+"``buf``, joined; stops as count_run does. Also the next offset after the last batch, and where\n"
+"the last batch starts (-1: none).");
 
 static PyObject *render_run(PyObject *self, PyObject *args)
 {
@@ -221,7 +223,10 @@ static PyObject *render_run(PyObject *self, PyObject *args)
     Out o = {0};
     RunBatch b;
     while (run_batch(p + pos, buf.len - pos, next, limit, &b)) { /* count, and find where the run stops */
+        int64_t before = o.nbytes;
         if (run_view(p + pos, &b, jsonl, &o) < 0) {
+            o.nbytes = before; /* what its first records added: the batch is not part of the run */
+            o.changed = 0;
             break;
         }
         pos += b.size;
@@ -234,14 +239,16 @@ static PyObject *render_run(PyObject *self, PyObject *args)
         return NULL;
     }
     Out w = {(uint8_t *)PyBytes_AS_STRING(result), 0, o.nbytes, 0};
-    Py_ssize_t at = 0;
+    Py_ssize_t at = 0, last = -1;
+    int64_t again = prev_next;
     for (Py_ssize_t i = 0; i < n; i++) {
-        run_batch(p + at, buf.len - at, INT64_MIN, INT64_MAX, &b);
-        if (run_view(p + at, &b, jsonl, &w) < 0) {
+        if (!run_batch(p + at, buf.len - at, again, limit, &b) || run_view(p + at, &b, jsonl, &w) < 0) {
             w.changed = 1;
             break;
         }
+        last = at;
         at += b.size;
+        again = b.next_offset;
     }
     PyBuffer_Release(&buf);
     if (w.changed || w.nbytes != w.cap) {
@@ -249,7 +256,7 @@ static PyObject *render_run(PyObject *self, PyObject *args)
         PyErr_SetString(MalformedRecords, "the records changed while they were read");
         return NULL;
     }
-    return Py_BuildValue("NnnL", result, n, pos, next);
+    return Py_BuildValue("NnnLn", result, n, pos, next, last);
 }
 
 #endif /* SEGLOGFS_SCAN_RUN_H */

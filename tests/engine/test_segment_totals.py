@@ -7,11 +7,17 @@ import shutil
 import subprocess
 import sys
 import time
+from array import array
 from pathlib import Path
 
 from support.engine_helpers import config, open_log
+from support.record_batches import raw_legacy
+from support.transactions import control_batch
 
+from seglogfs.compression import Compression
 from seglogfs.log import Log
+from seglogfs.records import ProducerRecord, TimestampType, encode_batch, encode_values, read_batch_header
+from seglogfs.records._scan import count_run, render_run
 from seglogfs.segment_totals import CHECKPOINT_BATCHES, SegmentTotals
 from seglogfs.stream_format import JSON_LINES, VALUES
 from seglogfs.totals_file import TOTALS_SUFFIX, load, totals_path
@@ -95,3 +101,70 @@ def test_the_counter_counts_segments_nobody_counted(tmp_path: Path) -> None:
         stream = ValueStream(lg, fmt=JSON_LINES)
         assert stream.size() == len(stream.read(0, 1 << 30))
     assert len(list(directory.glob(f".*{TOTALS_SUFFIX}"))) == len(list(directory.glob("*.log")))
+
+
+def mixed_batches() -> list[bytes]:
+    """Batches of every kind a run meets: plain, keyed, with headers, LogAppendTime, a control
+    record, compressed, legacy, negative timestamps, after an offset gap; consecutive offsets."""
+    out, offset = [], 0
+
+    def add(batch: bytes, count: int) -> None:
+        nonlocal offset
+        out.append(batch)
+        offset += count
+
+    for i in range(5):
+        add(encode_values([b"plain %d" % j for j in range(i + 1)], offset, 1_700_000_000_000), i + 1)
+    add(encode_batch([ProducerRecord(b"v", key=b"k")], offset, now_ms=5), 1)
+    add(encode_batch([ProducerRecord(b"v", headers=[("h", b"x")])], offset, now_ms=5), 1)
+    add(encode_values([b"quote \" and \\"], offset, 7), 1)
+    add(encode_values([b"appended"], offset, 9, timestamp_type=TimestampType.LOG_APPEND_TIME), 1)
+    add(control_batch(offset, 7, 0, 1), 1)
+    add(encode_values([b"zstd %d" % j for j in range(50)], offset, 3, compression=Compression.ZSTD), 50)
+    add(raw_legacy(1, None, b"legacy", offset=offset), 1)
+    add(encode_values([b"negative"], offset, -5), 1)
+    offset += 10  # a gap, as compaction leaves
+    add(encode_values([b"after the gap"], offset, 11), 1)
+    add(encode_values([b""], offset, 11), 1)
+    return out
+
+
+def test_the_c_runs_give_the_bytes_the_python_decoders_give() -> None:
+    batches = mixed_batches()
+    data = b"".join(batches)
+    expected = [(VALUES.count(b, read_batch_header(b, 0)), JSON_LINES.count(b, read_batch_header(b, 0)))
+                for b in batches]
+    for start in range(len(batches)):
+        at = sum(map(len, batches[:start]))
+        first = read_batch_header(batches[start], 0)
+        rows, n, consumed = count_run(data[at:], first.base_offset, 1 << 62)
+        counted = array("q")
+        counted.frombytes(rows)
+        assert consumed == sum(map(len, batches[start : start + n]))
+        assert [tuple(counted[4 * k + 2 : 4 * k + 4]) for k in range(n)] == expected[start : start + n]
+        for fmt in (VALUES, JSON_LINES):
+            rendered, m, _, _, _ = render_run(data[at:], fmt is JSON_LINES, first.base_offset, 1 << 62)
+            run = batches[start : start + m]
+            assert rendered == b"".join(fmt.render(b, read_batch_header(b, 0)) for b in run)
+    # the run stops at the first batch it does not take: a damaged CRC, offsets going back, the limit
+    damaged = bytearray(data)
+    damaged[len(batches[0]) + 30] ^= 1
+    assert count_run(bytes(damaged), 0, 1 << 62)[1] == 1
+    assert count_run(data, 1, 1 << 62)[1] == 0
+    assert count_run(data, 0, 3)[1] == 2 and count_run(data, 0, 2)[1] == 1  # offsets below the limit
+
+
+def test_a_log_of_mixed_batches_reads_as_the_python_decoders_render_it(tmp_path: Path) -> None:
+    with open_log(tmp_path / "t-0", config(segment_bytes=1 << 20)) as lg:
+        batches = mixed_batches()
+        segment = lg.active_segment
+        for batch in batches:
+            header = read_batch_header(batch, 0)
+            segment.append(batch, header.last_offset, header.max_timestamp)
+        fresh = SegmentTotals(segment)
+        fresh.catch_up()
+        assert fresh.frontier == segment.totals.frontier
+        for fmt in (VALUES, JSON_LINES):
+            expected = b"".join(fmt.render(b, read_batch_header(b, 0)) for b in batches)
+            start, data = segment.totals.window(0, fmt)
+            assert (start, data) == (0, expected)
