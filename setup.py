@@ -1,4 +1,4 @@
-"""The one C extension (seglogfs/records/_scan.c, _scan_walk.h, _scan_run.h); everything else is in pyproject.toml.
+"""The one C extension (seglogfs/records/_scan.c and its headers); everything else is in pyproject.toml.
 
 A setup.py because setuptools declares extension modules in pyproject.toml only from 74.1 on (and as
 experimental), while the build requires setuptools>=68. ``pip install -e .`` builds it in place.

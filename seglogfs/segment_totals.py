@@ -173,12 +173,11 @@ class SegmentTotals:
                     rows, n, _ = count_run(chunk, self.frontier.offset, limit)
                     if n:
                         applied, reached = self._apply(rows, n, position, until, budget)
-                        budget -= applied
-                    elif self._slow_step(segment, fd, end):
-                        budget -= 1
-                        reached = until is not None and until(self.frontier)
                     else:
-                        break  # a torn tail: the batch being written
+                        applied, reached = self._slow_steps(segment, fd, end, until, budget)
+                        if not applied and self.frontier.position == position:
+                            break  # a torn tail: the batch being written
+                    budget -= applied
                     if reached:
                         return False
             except FileNotFoundError:
@@ -221,14 +220,18 @@ class SegmentTotals:
         self.frontier = Point(position, offset, values, jsonl)
         return applied, reached
 
-    def _slow_step(self, segment: LogSegment, fd: int, end: int) -> bool:
-        """Count the batch at the frontier through the Python decoders (and step over any damage
-        before the next intact one); False when there is none (a torn tail). The careful walk starts
-        at the batch before, whose offsets vouch for the next one's (as one walk of the segment would)."""
+    def _slow_steps(
+        self, segment: LogSegment, fd: int, end: int, until: Callable[[Point], bool] | None, budget: int
+    ) -> tuple[int, bool]:
+        """Count batches from the frontier through the Python decoders (stepping over damage) until one
+        the C runs could take again (an uncompressed v2 batch), ``until`` holds or ``budget`` is spent;
+        (batches counted, whether ``until`` held). The careful walk starts at the batch before, whose
+        offsets vouch for the next one's (as one walk of the segment would)."""
         frontier = self.frontier.position
         damaged: list[Damage] = []
         path = str(segment.log_path)
         start = self._previous if 0 <= self._previous < frontier else frontier
+        applied = 0
         for header, data in segment.iter_batches(start, end, fd=fd, on_damage=damaged.append):
             damaged[:] = [d for d in damaged if d.end > frontier]
             if header.position < frontier:
@@ -242,12 +245,15 @@ class SegmentTotals:
                     header.position,
                 )
             self._advance(header, counts)
-            return True
+            applied += 1
+            if until is not None and until(self.frontier):
+                return applied, True
+            if applied >= budget or (header.magic >= 2 and header.compression == 0):
+                return applied, False
         damaged[:] = [d for d in damaged if d.end > frontier]
         if damaged:
             self._skip(damaged, segment)
-            return True
-        return False
+        return applied, False
 
     def _skip(self, damaged: list[Damage], segment: LogSegment) -> None:
         """Step the frontier past damaged stretches (they count nothing), logging each."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .log import Log
 
-__all__ = ["STEP_BATCHES", "TotalsCounter", "counter", "progress"]
+__all__ = ["STEP_BATCHES", "TotalsCounter", "counted_bytes", "counter", "progress"]
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,13 @@ def counter() -> TotalsCounter:
     return _COUNTER
 
 
+def counted_bytes(lg: Log) -> int:
+    """The bytes of ``lg``'s segment files its view totals cover (it grows as counting goes on)."""
+    return sum(min(s.totals.frontier.position, s.size) for s in lg.segments)
+
+
 def progress(lg: Log) -> dict[str, int | bool]:
     """``{"counted_bytes", "bytes", "counting"}``: how much of ``lg``'s segments' files the totals cover."""
-    segments = lg.segments
-    total = sum(s.size for s in segments)
-    counted = sum(min(s.totals.frontier.position, s.size) for s in segments)
+    total = sum(s.size for s in lg.segments)
+    counted = counted_bytes(lg)
     return {"counted_bytes": counted, "bytes": total, "counting": counted < total}

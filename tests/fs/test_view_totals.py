@@ -11,7 +11,13 @@ import time
 from pathlib import Path
 
 from support.engine_helpers import config
-from support.mount_fixture import fuse_required, log_info, make_seglogd, seglogd  # noqa: F401 (fixture)
+from support.mount_fixture import (  # noqa: F401 (fixture)
+    fuse_required,
+    log_info,
+    make_seglogd,
+    read_stdout_until,
+    seglogd,
+)
 from support.testdata import KAFKA_LOG_DIR
 
 from seglogfs.log_manager import LogManager
@@ -178,26 +184,40 @@ def test_a_damaged_stale_or_missing_totals_file_is_recounted(tmp_path: Path) -> 
 
 
 def test_a_log_counted_in_the_background_reads_exactly_meanwhile(tmp_path: Path) -> None:
-    """No totals file (data seglogfs did not write, as far as it knows): the mount is up at once; until
-    the count is done, st_size is a lower bound that is a multiple of 4096 or exact, and `cat`,
-    `wc -c` read every byte."""
+    """No totals files (data seglogfs did not write, as far as it knows; compressed, so the count takes
+    a while): the mount is up at once; until the count is done st_size is exact or a lower bound that
+    is a multiple of 4096, `cat` and `wc -c` read every byte, `tail -f` follows without a truncation;
+    once counted, st_size is exact (the kernel's cached size is invalidated)."""
     data_dir = tmp_path / "data"
-    write_log(data_dir, "ones-0", 30_000, 1)
-    for path in totals_files(data_dir / "ones-0"):
+    write_log(data_dir, "zstd-0", 60_000, 3, compression_type="zstd")
+    for path in totals_files(data_dir / "zstd-0"):
         path.unlink()
-    daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={"ones-0": {}})
+    expected = b"".join(b"value-%08d\n" % i for i in range(60_000))
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, logs={"zstd-0": {}})
     try:
         daemon.start()
-        records = daemon / "ones-0" / "records"
-        size = os.stat(records).st_size
-        data = run("cat", str(records))
-        assert data == b"".join(b"value-%08d\n" % i for i in range(30_000))
-        assert size == len(data) or (size <= len(data) and size % 4096 == 0)
-        assert int(run("wc", "-c", str(records)).split()[0]) == len(data)
+        records = daemon / "zstd-0" / "records"
+        follower = subprocess.Popen(
+            ["tail", "-f", str(records)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            size = os.stat(records).st_size
+            assert size == len(expected) or (size <= len(expected) and size % 4096 == 0), size
+            assert run("cat", str(records)) == expected
+            assert int(run("wc", "-c", str(records)).split()[0]) == len(expected)
+            (daemon / "zstd-0" / "append").write_bytes(b"the last line\n")
+            got = read_stdout_until(follower, lambda out: out.endswith(b"the last line\n"))
+            assert got.endswith(b"the last line\n"), got[-200:]
+        finally:
+            follower.kill()
+            _, err = follower.communicate()
+        assert b"truncated" not in err, err
         deadline = time.monotonic() + 60
-        while log_info(daemon.mount, "ones-0")["view_totals"]["counting"] and time.monotonic() < deadline:
+        while log_info(daemon.mount, "zstd-0")["view_totals"]["counting"] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert_sizes_are_what_cat_reads(daemon / "ones-0")
+        time.sleep(0.5)  # the notifier's next look invalidates the size the kernel cached
+        assert os.stat(records).st_size == len(expected) + len(b"the last line\n")
+        assert_sizes_are_what_cat_reads(daemon / "zstd-0")
     finally:
         daemon.cleanup()
 
