@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log_manager import LogManager  # noqa: E402
+from seglogfs.records import encode_values  # noqa: E402
 from seglogfs.totals_file import TOTALS_SUFFIX  # noqa: E402
 
 
@@ -82,8 +83,12 @@ def write_logs(data: Path, big: int, ones: int) -> None:
         for first in range(0, big, 1000):
             lg.append_values([b"value-%010d" % i for i in range(first, first + 1000)])
         lg = manager.create_log("ones-0")
-        for i in range(ones):
-            lg.append_values([b"value-%010d" % i])
+        for first in range(0, ones, 10_000):  # one record a batch, 10,000 batches a write
+            with lg._lock:
+                now = int(time.time() * 1000)
+                planned = [(encode_values([b"value-%010d" % i], i, now), 1)
+                           for i in range(first, min(first + 10_000, ones))]
+                lg._append_batches(planned, now)
         manager.create_log("other-0")
 
 
@@ -196,8 +201,8 @@ def main() -> None:
     )
     parser.add_argument("--small", type=int, default=1_000_000, help="records of big-0 at the small size")
     parser.add_argument("--big", type=int, default=10_000_000, help="records of big-0 at the big size")
-    parser.add_argument("--ones-small", type=int, default=100_000, help="one-record batches, small size")
-    parser.add_argument("--ones-big", type=int, default=1_000_000, help="one-record batches, big size")
+    parser.add_argument("--ones-small", type=int, default=1_000_000, help="one-record batches, small size")
+    parser.add_argument("--ones-big", type=int, default=10_000_000, help="one-record batches, big size")
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="seglogfs-scale-", dir=args.dir))

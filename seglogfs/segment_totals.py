@@ -135,10 +135,15 @@ class SegmentTotals:
                 return
             segment = self._segment()
             path = "" if segment is None else str(segment.log_path)
-            for batch in batches:
-                header = read_batch_header(batch, 0, path=path, base_position=position)
-                self._advance(header, _count(batch, header.at(0), path))
-                position += len(batch)
+            data = batches[0] if len(batches) == 1 else b"".join(batches)
+            rows, n, consumed = count_run(data, self.frontier.offset, _NO_LIMIT)
+            if n:
+                self._apply(rows, n, position, None, n)
+            at = consumed
+            while at < len(data):  # what the C run does not take (compressed, keyed jsonl...)
+                header = read_batch_header(data, at, path=path, base_position=position)
+                self._advance(header, _count(data[at : at + header.size], header.at(0), path))
+                at += header.size
         except Exception:  # never fails an append that is written: the counter recounts from the file
             log.exception("counting an appended batch at %d of %s", position, self._segment())
         finally:
