@@ -136,7 +136,7 @@ class SegmentTotals:
             segment = self._segment()
             path = "" if segment is None else str(segment.log_path)
             data = batches[0] if len(batches) == 1 else b"".join(batches)
-            rows, n, consumed = count_run(data, self.frontier.offset, _NO_LIMIT)
+            rows, n, consumed = count_run(data, self.frontier.offset, _NO_LIMIT, False)  # our own CRCs
             if n:
                 self._apply(rows, n, position, None, n)
             at = consumed
