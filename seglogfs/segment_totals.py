@@ -22,8 +22,10 @@ import sys
 import threading
 import weakref
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
 
 from .errors import CorruptRecordError
 from .records import BatchHeader, read_batch_header
@@ -33,7 +35,7 @@ from .stream_format import JSON_LINES, VALUES, StreamFormat
 if TYPE_CHECKING:
     from .segment import Damage, LogSegment
 
-__all__ = ["CHECKPOINT_BATCHES", "CHECKPOINT_BYTES", "FORMAT_NAMES", "Point", "SegmentTotals"]
+__all__ = ["CHECKPOINT_BATCHES", "CHECKPOINT_BYTES", "FORMAT_NAMES", "Goal", "Point", "SegmentTotals"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,24 @@ _NO_LIMIT = (1 << 63) - 1
 #: the formats counted, in the order of :class:`Point`'s cumulative fields
 FORMAT_NAMES = (VALUES.name, JSON_LINES.name)
 _FORMATS = (VALUES, JSON_LINES)
+
+
+class Goal(NamedTuple):
+    """Where a count may stop: once the frontier's ``field`` (``offset``: passes; ``values``, ``jsonl``:
+    reaches) ``target``."""
+
+    field: str
+    target: int
+
+    def reached(self, point: Point) -> bool:
+        """Whether ``point`` is at or past the goal."""
+        return point.offset > self.target if self.field == "offset" else point.cum(self.field) >= self.target
+
+    def first(self, offsets: np.ndarray, values: np.ndarray, jsonl: np.ndarray) -> int:
+        """The index of the first of these frontiers at or past the goal (their length when none)."""
+        if self.field == "offset":
+            return int(np.searchsorted(offsets, self.target, "right"))
+        return int(np.searchsorted(values if self.field == VALUES.name else jsonl, self.target, "left"))
 
 
 class Point(NamedTuple):
@@ -150,7 +170,7 @@ class SegmentTotals:
             self._lock.release()
 
     def catch_up(
-        self, end: int | None = None, *, until: Callable[[Point], bool] | None = None,
+        self, end: int | None = None, *, until: Goal | None = None,
         max_batches: int | None = None,
     ) -> bool:
         """Count from the frontier on, up to file position ``end`` (default: the segment's size), or
@@ -163,7 +183,7 @@ class SegmentTotals:
             end = segment.size if end is None else min(end, segment.size)
             if self.frontier.position >= end:
                 return True
-            if until is not None and until(self.frontier):
+            if until is not None and until.reached(self.frontier):
                 return False
             try:
                 fd = segment.open_reader_fd()
@@ -191,42 +211,49 @@ class SegmentTotals:
                 os.close(fd)
             return self.frontier.position >= end
 
-    def _apply(
-        self, rows: bytes, n: int, position: int, until: Callable[[Point], bool] | None, budget: int
-    ) -> tuple[int, bool]:
-        """Step the frontier over the batches ``count_run`` described (the caller holds the lock);
-        (batches applied, whether ``until`` held)."""
-        a = array("q")
-        a.frombytes(rows)
-        base = position
-        position, offset, values, jsonl = self.frontier
-        since_batches, since_bytes = self._since_batches, self._since_bytes
+    def _apply(self, rows: bytes, n: int, base: int, until: Goal | None, budget: int) -> tuple[int, bool]:
+        """Step the frontier over the batches ``count_run`` described, from file position ``base``
+        (the caller holds the lock), with numpy: the checkpoints are found a stretch at a time, not a
+        batch at a time; (batches applied, whether ``until`` was reached)."""
+        a = np.frombuffer(rows, dtype=np.int64).reshape(n, 4)
+        take = min(n, budget)
+        f = self.frontier
+        ends = a[:take, 0] + base
+        offsets = a[:take, 1]
+        values = np.cumsum(a[:take, 2]) + f.values
+        jsonl = np.cumsum(a[:take, 3]) + f.jsonl
         reached = False
-        applied = 0
-        for k in range(0, 4 * min(n, budget), 4):
-            self._previous = position
-            end = base + a[k]
-            since_bytes += end - position
-            since_batches += 1
-            position, offset, values, jsonl = end, a[k + 1], values + a[k + 2], jsonl + a[k + 3]
-            applied += 1
-            if since_batches >= CHECKPOINT_BATCHES or since_bytes >= CHECKPOINT_BYTES:
-                self._positions.append(position)
-                self._offsets.append(offset)
-                self._values.append(values)
-                self._jsonl.append(jsonl)
-                since_batches = since_bytes = 0
-            if until is not None:
-                self.frontier = Point(position, offset, values, jsonl)
-                if until(self.frontier):
-                    reached = True
-                    break
-        self._since_batches, self._since_bytes = since_batches, since_bytes
-        self.frontier = Point(position, offset, values, jsonl)
-        return applied, reached
+        if until is not None:
+            k = until.first(offsets, values, jsonl)
+            if k < take:
+                take, reached = k + 1, True
+        if take == 0:
+            return 0, reached
+        batches, last_checkpoint = self._since_batches, f.position - self._since_bytes
+        marks, i = [], 0
+        while i < take:
+            by_count = i + CHECKPOINT_BATCHES - batches - 1
+            by_bytes = int(np.searchsorted(ends, last_checkpoint + CHECKPOINT_BYTES, "left"))
+            j = max(min(by_count, by_bytes), i)
+            if j >= take:
+                batches += take - i
+                break
+            marks.append(j)
+            last_checkpoint, batches, i = int(ends[j]), 0, j + 1
+        if marks:
+            for column, source in zip(
+                (self._positions, self._offsets, self._values, self._jsonl), (ends, offsets, values, jsonl),
+                strict=True,
+            ):
+                column.frombytes(np.ascontiguousarray(source[marks], dtype=np.int64).tobytes())
+        last = take - 1
+        self._previous = int(ends[last - 1]) if last else f.position
+        self._since_batches, self._since_bytes = batches, int(ends[last]) - last_checkpoint
+        self.frontier = Point(int(ends[last]), int(offsets[last]), int(values[last]), int(jsonl[last]))
+        return take, reached
 
     def _slow_steps(
-        self, segment: LogSegment, fd: int, end: int, until: Callable[[Point], bool] | None, budget: int
+        self, segment: LogSegment, fd: int, end: int, until: Goal | None, budget: int
     ) -> tuple[int, bool]:
         """Count batches from the frontier through the Python decoders (stepping over damage) until one
         the C runs could take again (an uncompressed v2 batch), ``until`` holds or ``budget`` is spent;
@@ -251,7 +278,7 @@ class SegmentTotals:
                 )
             self._advance(header, counts)
             applied += 1
-            if until is not None and until(self.frontier):
+            if until is not None and until.reached(self.frontier):
                 return applied, True
             if applied >= budget or (header.magic >= 2 and header.compression == 0):
                 return applied, False

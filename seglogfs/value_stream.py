@@ -49,7 +49,7 @@ from seglogfs.log_segments import segment_index_for
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment
-from seglogfs.segment_totals import SegmentTotals
+from seglogfs.segment_totals import Goal, SegmentTotals
 from seglogfs.stream_format import VALUES, StreamFormat
 from seglogfs.stream_reader import StreamReader
 from seglogfs.stream_totals import SealedTotal, remember_sealed_total, sealed_total
@@ -296,11 +296,11 @@ class ValueStream:
                     return
                 if seg.part_pos < 0:
                     low = seg.min_offset
-                    self._catch_up(seg, until=lambda f, low=low: f.offset > low)
+                    self._catch_up(seg, until=Goal("offset", low))
                     self._sync(seg, small=False)
                 if seg.part_pos >= 0:
                     name, target = self.fmt.name, end - seg_start - seg.head + seg.part_cum
-                    self._catch_up(seg, until=lambda f, name=name, target=target: f.cum(name) >= target)
+                    self._catch_up(seg, until=Goal(name, target))
                     self._sync(seg, small=False)
                 if not seg.counted_all:
                     return

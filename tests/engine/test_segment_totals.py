@@ -18,7 +18,7 @@ from seglogfs.compression import Compression
 from seglogfs.log import Log
 from seglogfs.records import ProducerRecord, TimestampType, encode_batch, encode_values, read_batch_header
 from seglogfs.records._scan import count_run, render_run
-from seglogfs.segment_totals import CHECKPOINT_BATCHES, SegmentTotals
+from seglogfs.segment_totals import CHECKPOINT_BATCHES, Goal, SegmentTotals
 from seglogfs.stream_format import JSON_LINES, VALUES
 from seglogfs.totals_file import TOTALS_SUFFIX, load, totals_path
 from seglogfs.value_stream import ValueStream
@@ -168,3 +168,24 @@ def test_a_log_of_mixed_batches_reads_as_the_python_decoders_render_it(tmp_path:
             expected = b"".join(fmt.render(b, read_batch_header(b, 0)) for b in batches)
             start, data = segment.totals.window(0, fmt)
             assert (start, data) == (0, expected)
+
+
+def test_checkpoints_of_a_c_run_are_those_of_a_batch_by_batch_count(tmp_path: Path) -> None:
+    """The checkpoints numpy places over a run of batches are those the rule (every 128 batches, or
+    256 KiB of file) gives batch by batch, budgets and goals included."""
+    with open_log(tmp_path / "t-0", config(segment_bytes=1 << 30)) as lg:
+        for i in range(3000):  # batches of varied sizes: some stretches end by count, some by bytes
+            lg.append_values([b"x" * (1 + (i * 7919) % 3000)] * (1 + i % 3))
+        segment = lg.active_segment
+        by_batch = SegmentTotals(segment)
+        for header, data in segment.iter_batches(0):
+            plain = header.at(0)
+            by_batch._advance(header, (VALUES.count(data, plain), JSON_LINES.count(data, plain)))
+        in_steps = SegmentTotals(segment)
+        assert not in_steps.catch_up(max_batches=1000)
+        assert not in_steps.catch_up(until=Goal("values", in_steps.frontier.values + 123_456))
+        assert not in_steps.catch_up(until=Goal("offset", in_steps.frontier.offset + 777))
+        assert in_steps.catch_up()
+        for totals in (in_steps, segment.totals):
+            assert totals.state()[0] == by_batch.state()[0]
+            assert [list(a) for a in totals.state()[3]] == [list(a) for a in by_batch.state()[3]]
