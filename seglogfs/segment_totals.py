@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import sys
 import threading
 import weakref
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_BATCHES = 128
 CHECKPOINT_BYTES = 256 * 1024
 _CHUNK = 4 << 20  # file bytes read at a time when counting
+_ROW = struct.Struct("=4q")  # a count_run row: end, next offset, values bytes, jsonl bytes
 _NO_LIMIT = (1 << 63) - 1
 #: the formats counted, in the order of :class:`Point`'s cumulative fields
 FORMAT_NAMES = (VALUES.name, JSON_LINES.name)
@@ -215,6 +217,8 @@ class SegmentTotals:
         """Step the frontier over the batches ``count_run`` described, from file position ``base``
         (the caller holds the lock), with numpy: the checkpoints are found a stretch at a time, not a
         batch at a time; (batches applied, whether ``until`` was reached)."""
+        if n <= 4 and until is None and budget >= n:  # an append's few batches: numpy costs more
+            return self._apply_few(rows, n, base), False
         a = np.frombuffer(rows, dtype=np.int64).reshape(n, 4)
         take = min(n, budget)
         f = self.frontier
@@ -251,6 +255,21 @@ class SegmentTotals:
         self._since_batches, self._since_bytes = batches, int(ends[last]) - last_checkpoint
         self.frontier = Point(int(ends[last]), int(offsets[last]), int(values[last]), int(jsonl[last]))
         return take, reached
+
+    def _apply_few(self, rows: bytes, n: int, base: int) -> int:
+        """:meth:`_apply` of a handful of batches, in plain Python."""
+        position, offset, values, jsonl = self.frontier
+        for k in range(n):
+            end, offset, v, j = _ROW.unpack_from(rows, 32 * k)
+            self._previous = position
+            self._since_batches += 1
+            self._since_bytes += base + end - position
+            position, values, jsonl = base + end, values + v, jsonl + j
+            if self._since_batches >= CHECKPOINT_BATCHES or self._since_bytes >= CHECKPOINT_BYTES:
+                self.frontier = Point(position, offset, values, jsonl)
+                self._checkpoint()
+        self.frontier = Point(position, offset, values, jsonl)
+        return n
 
     def _slow_steps(
         self, segment: LogSegment, fd: int, end: int, until: Goal | None, budget: int

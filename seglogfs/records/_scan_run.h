@@ -178,6 +178,48 @@ static int64_t run_view(const uint8_t *p, const RunBatch *b, int jsonl, Out *out
     return out->nbytes - before;
 }
 
+typedef struct {
+    Values v;
+    Lines l;
+} Both;
+
+static void count_both(const Rec *r, Py_ssize_t i, void *ctx)
+{
+    Both *b = (Both *)ctx;
+    count_value(r, i, &b->v);
+    line(r, i, &b->l);
+}
+
+/* Both views' byte counts of a plain batch in one walk of its records; 0 when the batch is not plain
+ * (its jsonl takes the slow path) or its records do not fill it. */
+static int run_counts(const uint8_t *p, const RunBatch *b, int64_t *values, int64_t *jsonl)
+{
+    *values = *jsonl = 0;
+    if (b->attributes & ATTR_CONTROL) {
+        return 1;
+    }
+    Both both = {0};
+    const uint8_t *area = p + RUN_HEADER;
+    Py_ssize_t limit = b->size - RUN_HEADER;
+    both.v.min_delta = both.l.min_delta = INT64_MIN;
+    both.v.area = both.l.area = area;
+    both.l.base_offset = b->base_offset;
+    both.l.base_timestamp = b->base_timestamp;
+    both.l.fixed = (b->attributes & ATTR_LOG_APPEND_TIME) != 0;
+    both.l.fixed_timestamp = b->max_timestamp;
+    both.l.type_name = both.l.fixed ? "LogAppendTime" : "CreateTime";
+    both.l.type_length = (Py_ssize_t)strlen(both.l.type_name);
+    both.l.plain = 1;
+    Py_ssize_t end = walk(area, limit, (Py_ssize_t)b->count, count_both, &both);
+    if (end != limit || !both.l.plain) {
+        PyErr_Clear();
+        return 0;
+    }
+    *values = both.v.o.nbytes;
+    *jsonl = both.l.o.nbytes;
+    return 1;
+}
+
 PyDoc_STRVAR(count_run_doc,
 "count_run(buf, next_offset, limit_offset, check_crc=True) -> (bytes, batches, consumed)\n\n"
 "Walk the plain batches at the start of ``buf`` (see _scan_run.h); for each, four int64 (native\n"
@@ -203,11 +245,8 @@ static PyObject *count_run(PyObject *self, PyObject *args)
     }
     RunBatch b;
     while (run_batch(p + pos, buf.len - pos, prev_next, limit, &b, check_crc)) {
-        Out counting = {0};
-        int64_t values = run_view(p + pos, &b, 0, &counting);
-        Out lines = {0};
-        int64_t jsonl = values < 0 ? -1 : run_view(p + pos, &b, 1, &lines);
-        if (jsonl < 0) {
+        int64_t values, jsonl;
+        if (!run_counts(p + pos, &b, &values, &jsonl)) {
             break;
         }
         if (n == cap) {
