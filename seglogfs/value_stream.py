@@ -7,8 +7,8 @@ totals (:mod:`seglogfs.segment_totals`: counted once, a checkpoint lookup and at
 per question; see :meth:`ValueStream.size` for a segment still being counted). Under read_committed
 (which leaves batches out) the stream keeps, per segment, the number of bytes its records contribute;
 each segment is scanned through its own file, by file position, up to the size that file had when
-scanned - a scan never runs on into a segment rolled after it. A sealed segment is scanned once, the active one only from where
-the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To serve reads, a
+scanned - a scan never runs on into a segment rolled after it. A sealed segment is scanned once, the
+active one only from where the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To serve reads, a
 segment also gets a batch table (file position and first stream byte of every batch), kept for the
 active segment and a few recently read sealed ones. A damaged batch (one whose records are EIO through
 ``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the segment's careful
