@@ -2,17 +2,18 @@
 
 Positions are stable: byte ``p`` of the stream always holds the same byte of the same record, from the
 first record the stream saw (the log start when it was created) on, whatever rolls and retention do.
-Under read_uncommitted, a segment's bytes and the batch holding a position come from the engine's
-totals (:mod:`seglogfs.segment_totals`: counted once, a checkpoint lookup and at most one stretch read
-per question; see :meth:`ValueStream.size` for a segment still being counted). Under read_committed
-(which leaves batches out) the stream keeps, per segment, the number of bytes its records contribute;
-each segment is scanned through its own file, by file position, up to the size that file had when
-scanned - a scan never runs on into a segment rolled after it. A sealed segment is scanned once, the
-active one only from where the last scan stopped, so :meth:`ValueStream.size` costs one look at the
-new batches. To serve reads, a segment also gets a batch table (file position and first stream byte of
-every batch), kept for the active segment and a few recently read sealed ones. A damaged batch (one whose records are EIO through
-``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the segment's careful
-survey) and logs the damage once, so damage costs the stream only its own records, never a read or a stat.
+Under read_uncommitted, a segment's bytes and the batch holding a position come from the engine's totals
+(:mod:`seglogfs.segment_totals`: counted once, a checkpoint lookup and at most one stretch read per
+question; see :meth:`ValueStream.size` for a segment still being counted). Under read_committed (which
+leaves batches out) the stream keeps, per segment, the number of bytes its records contribute; each
+segment is scanned through its own file, by file position, up to the size that file had when scanned - a
+scan never runs on into a segment rolled after it. A sealed segment is scanned once, the active one only
+from where the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To
+serve reads, a segment also gets a batch table (file position and first stream byte of every batch),
+kept for the active segment and a few recently read sealed ones. A damaged batch (one whose records are
+EIO through ``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the
+segment's careful survey) and logs the damage once, so damage costs the stream only its own records,
+never a read or a stat.
 
 Retention: a segment the log deletes stays readable while its renamed ``.deleted`` file exists (Kafka's
 ``file.delete.delay.ms``, which exists for readers in the middle of it). Once it is gone its bytes
