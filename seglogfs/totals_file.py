@@ -1,11 +1,13 @@
 """``.<base offset>.totals``: a segment's view totals (:mod:`seglogfs.segment_totals`), kept across restarts.
 
-Written when a segment is sealed and counted (at roll, or when the background counter finishes it)
-and, for the active segment and any not written yet, when a writable log closes cleanly (:func:`save`);
-read when a log opens (:func:`load`). Hidden files in the log dir, as ``.seglogfs.lock``: a broker's
-loader looks only at the suffixes it knows (``.log``, ``.index``, ``.deleted``...), seglogfs's at files
-named by an offset, and the mount's ``segments/`` lists no dot-file. A write is a new file renamed over
-the old one, not fsync'd: a file a crash left torn fails its checksum and is counted again.
+Written when a segment is sealed and counted (at roll, or when the background counter finishes it) and,
+for the active segment and any not written yet, when a writable log closes cleanly (:func:`save`); read
+when a log opens (:func:`load`). Never on a filesystem with less than 64 MiB free: there the bytes go to
+what must be written, and the segments are counted again at the next start. Hidden files in the log dir,
+as ``.seglogfs.lock``: a broker's loader looks only at the suffixes it knows (``.log``, ``.index``,
+``.deleted``...), seglogfs's at files named by an offset, and the mount's ``segments/`` lists no dot-
+file. A write is a new file renamed over the old one, not fsync'd: a file a crash left torn fails its
+checksum and is counted again.
 
 Layout: the magic line, a little-endian u32 length and that many bytes of JSON (base offset, the
 ``.log``'s inode, size and mtime_ns, the frontier, the checkpoint count), the four checkpoint arrays
@@ -38,6 +40,7 @@ __all__ = ["TOTALS_SUFFIX", "load", "save", "save_segment", "totals_path"]
 log = logging.getLogger(__name__)
 
 TOTALS_SUFFIX = ".totals"
+MIN_FREE_BYTES = 64 << 20  # below this free on the log dir's filesystem, no totals file is written
 _MAGIC = b"seglogfs segment totals 1\n"
 
 
@@ -66,8 +69,18 @@ def _identity(segment: LogSegment) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def _room(directory: Path) -> bool:
+    """Whether the filesystem has room to spare: the totals are an optimisation, and on a nearly full
+    disk the bytes go to what must be written (checkpoints, the clean-shutdown marker)."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize >= MIN_FREE_BYTES
+
+
 def save_segment(segment: LogSegment) -> None:
-    """Write the totals of ``segment`` beside it (replacing the file a rename at a time)."""
+    """Write the totals of ``segment`` beside it (replacing the file a rename at a time); nothing when
+    the filesystem has less than :data:`MIN_FREE_BYTES` free."""
+    if not _room(segment.dir):
+        return
     frontier, since_batches, since_bytes, arrays = segment.totals.state()
     ino, size, mtime_ns = _identity(segment)
     if frontier.position > size:
@@ -90,7 +103,7 @@ def save(directory: Path, segments: Sequence[LogSegment]) -> None:
     """At a clean close: write the totals of ``segments`` not written yet (the active one always), and
     remove the files of segments the log no longer has."""
     live = {segment.base_offset for segment in segments}
-    for segment in segments:
+    for segment in segments if _room(directory) else ():
         if not segment.totals.saved or segment is segments[-1]:
             with contextlib.suppress(FileNotFoundError):
                 save_segment(segment)
