@@ -46,7 +46,8 @@ stamp=.venv/.seglogfs-installed
 built=""
 for so in seglogfs/records/_scan.*.so; do [ -f "$so" ] && built=$so; done
 if [ ! -f "$stamp" ] || [ -z "$built" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-    || [ seglogfs/records/_scan.c -nt "$stamp" ] || [ seglogfs/records/_scan_walk.h -nt "$stamp" ]; then
+    || [ seglogfs/records/_scan.c -nt "$stamp" ] || [ seglogfs/records/_scan_walk.h -nt "$stamp" ] \
+    || [ seglogfs/records/_scan_run.h -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     # pyspark ships only as an sdist; pip builds its wheel once and caches it.
     .venv/bin/python -m pip install -q -e '.[test,spark]'

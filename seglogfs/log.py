@@ -65,6 +65,10 @@ from .records import (
 from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
+from .totals_counter import counter, progress
+from .totals_file import load as load_totals
+from .totals_file import save as save_totals
+from .totals_file import save_segment as save_segment_totals
 from .transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -167,6 +171,7 @@ class Log(SegmentRemoval):
                     s for s, end in zip(loaded.segments, ends, strict=True) if end > loaded.recovery_point
                 )
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
+            load_totals(loaded.segments)  # what is not restored, the counter counts
             log_obj.release_files()  # a log not used yet holds no descriptor
             # The directory needs an fsync at the next flush only if loading changed it (or the last
             # run did not close cleanly): an idle log's close then costs no fsync.
@@ -177,6 +182,7 @@ class Log(SegmentRemoval):
                 segment.close(trim=False)
             log_obj._release()
             raise
+        counter().watch(log_obj)
         return log_obj
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -298,6 +304,7 @@ class Log(SegmentRemoval):
             "last_timestamp": self.last_timestamp,
             "recovery_point": self.recovery_point,
             "last_stable_offset": self.last_stable_offset,
+            "view_totals": progress(self),
             "read_only": self.read_only,
             "config": self.config.to_dict(),
         }
@@ -557,8 +564,24 @@ class Log(SegmentRemoval):
             self._set_segments([*self._segments, new])
             self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
+            self.save_sealed_totals(active)
             self._transactions.snapshot(new.base_offset)  # as Kafka: at every roll, at the new base
             return new
+
+    def save_sealed_totals(self, segment: LogSegment) -> None:
+        """Keep the view totals of the sealed ``segment`` in its totals file once they are counted to
+        its end (a restart then counts nothing of it, even after kill -9); a failure only costs a
+        recount."""
+        with self._lock:  # one writer of the file at a time (the counter's thread, a roll, close)
+            if self.read_only or self._closed or segment.totals.saved:
+                return
+            if not segment.totals.counted(segment.size):
+                return
+            try:
+                save_segment_totals(segment)
+            except OSError as exc:
+                name = segment.log_path.name
+                log.warning("%s: the view totals of %s were not saved: %s", self.name, name, exc)
 
     # ================================================================== flushing
 
@@ -768,10 +791,16 @@ class Log(SegmentRemoval):
             if not self.read_only:
                 self._flush_locked()
                 snapshot_failed = self._transactions.close_snapshot(self._next_offset)
+            counter().unwatch(self)
             active = self._segments[-1]
             for segment in self._segments:
                 segment.close(trim=segment is active and not self.read_only)
             self._purge_deleted(2**62)
+            if not self.read_only:
+                try:
+                    save_totals(self.dir, self._segments)
+                except OSError as exc:  # the next open counts them again
+                    log.warning("%s: the view totals were not saved: %s", self.name, exc)
             self._closed = True
             self._release()
             self._batch_cache.clear()

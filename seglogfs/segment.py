@@ -36,6 +36,7 @@ from .records import (
 from .segment_lookup import SegmentLookup
 from .segment_recovery import SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
+from .segment_totals import SegmentTotals
 from .transaction_index import TransactionIndex
 
 __all__ = [
@@ -124,6 +125,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self._indexes_ready = False  # both indexes open (and checked once)
         self._indexes_checked = False  # checked against the .log (or rebuilt) since this object exists
         self._checking_indexes = False
+        self.totals = SegmentTotals(self)  # the views' byte counts (seglogfs.segment_totals)
         if self._fd_value >= 0:
             BUDGET.touch(self)
 
@@ -381,6 +383,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             self._rolling_based_timestamp = batches[0][2]
         self._bytes_since_last_index_entry = since_entry
         self.size = position + len(data)
+        self.totals.appended(position, [batch for batch, _, _ in batches])
 
     def should_roll(
         self,

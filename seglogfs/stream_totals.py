@@ -1,6 +1,7 @@
-"""Totals of sealed segments shared by every stream of a log (seglogfs/value_stream.py): ``records``,
-``records.jsonl`` and each ``from/<n>`` count a sealed segment once between them, per format, so a
-later ``from/<n>`` costs only its own segment's batches after n and the active segment's."""
+"""Totals of sealed segments shared by the read_committed streams of a log (seglogfs/value_stream.py,
+which count for themselves: aborted transactions and the last stable offset leave batches out):
+``records``, ``records.jsonl`` and each ``from/<n>`` count a sealed segment once between them, per
+format. read_uncommitted streams take the engine's totals instead (seglogfs/segment_totals.py)."""
 
 from __future__ import annotations
 

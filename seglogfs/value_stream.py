@@ -2,14 +2,18 @@
 
 Positions are stable: byte ``p`` of the stream always holds the same byte of the same record, from the
 first record the stream saw (the log start when it was created) on, whatever rolls and retention do.
-The stream keeps, per segment, the number of bytes its records contribute; each segment is scanned
-through its own file, by file position, up to the size that file had when scanned - a scan never runs
-on into a segment rolled after it. A sealed segment is scanned once, the active one only from where
-the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To serve reads, a
-segment also gets a batch table (file position and first stream byte of every batch), kept for the
-active segment and a few recently read sealed ones. A damaged batch (one whose records are EIO through
-``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the segment's careful
-survey) and logs the damage once, so damage costs the stream only its own records, never a read or a stat.
+Under read_uncommitted, a segment's bytes and the batch holding a position come from the engine's totals
+(:mod:`seglogfs.segment_totals`: counted once, a checkpoint lookup and at most one stretch read per
+question; see :meth:`ValueStream.size` for a segment still being counted). Under read_committed (which
+leaves batches out) the stream keeps, per segment, the number of bytes its records contribute; each
+segment is scanned through its own file, by file position, up to the size that file had when scanned - a
+scan never runs on into a segment rolled after it. A sealed segment is scanned once, the active one only
+from where the last scan stopped, so :meth:`ValueStream.size` costs one look at the new batches. To
+serve reads, a segment also gets a batch table (file position and first stream byte of every batch),
+kept for the active segment and a few recently read sealed ones. A damaged batch (one whose records are
+EIO through ``by-offset``) contributes no bytes: the scan resyncs on the next intact batch (the
+segment's careful survey) and logs the damage once, so damage costs the stream only its own records,
+never a read or a stat.
 
 Retention: a segment the log deletes stays readable while its renamed ``.deleted`` file exists (Kafka's
 ``file.delete.delay.ms``, which exists for readers in the middle of it). Once it is gone its bytes
@@ -50,6 +54,7 @@ from seglogfs.log_segments import segment_index_for
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment, pread_within
+from seglogfs.segment_totals import Goal, SegmentTotals
 from seglogfs.stream_format import VALUES, StreamFormat
 from seglogfs.stream_reader import StreamReader
 from seglogfs.stream_totals import SealedTotal, forget_sealed_total, remember_sealed_total, sealed_total
@@ -66,6 +71,11 @@ _TABLE_ENTRIES_KEPT = 100_000  # hold this many batches (~100 bytes each): then 
 #: how long after the last size() with no reader open the stream may drop its hole; the mount then
 #: invalidates the sizes the kernel cached (``rebases`` changes, seglogfs.fs.invalidation)
 QUIET_BEFORE_REBASE_S = 1.5
+#: a segment's uncounted rest a size() counts itself rather than leave to the background counter
+COUNT_INLINE_BYTES = 256 * 1024
+#: while a log's totals are being counted, sizes are the counted part rounded down to this (see size())
+UNCOUNTED_ROUNDING = 4096
+_WINDOWS_KEPT = 4
 
 
 @dataclass(slots=True, eq=False)
@@ -85,6 +95,13 @@ class _Segment:
     positions: list[int] | None = field(default_factory=list)
     sizes: list[int] | None = field(default_factory=list)
     starts: list[int] | None = field(default_factory=list)
+    # totals mode: sizes and batch lookups come from the engine's counts (seglogfs.segment_totals)
+    totals: SegmentTotals | None = None
+    part_pos: int = -1  # the file position the stream's part of the segment starts at (-1: not found yet)
+    part_cum: int = 0  # the format's bytes of the segment before part_pos
+    head: int = 0  # bytes of a from-stream's first batch (its records from the first offset on)
+    head_batch: tuple[int, int] | None = None  # that batch's (position, size)
+    counted_all: bool = True  # the engine counted the segment to its current end
 
     def __post_init__(self) -> None:
         if self.next_offset < 0:
@@ -141,6 +158,11 @@ class ValueStream:
         self._readers = 0  # open StreamReaders
         self._last_size = 0.0  # time.monotonic() of the last size()
         self.rebases = 0  # how many times the stream dropped its hole (its size shrank)
+        # read_committed may leave batches out (aborted transactions, the last stable offset): it counts
+        # for itself; read_uncommitted takes the engine's totals
+        self._use_totals = isolation == READ_UNCOMMITTED
+        self._reported = 0  # the largest size() answered while the log was being counted
+        self._windows: OrderedDict[int, tuple[LogSegment, int, bytes]] = OrderedDict()
         #: the cleaner replaced segments the stream counted: a new open would not see the log as it is
         self.outdated = False
         #: set by the owner while an older stream of the same file is still read: no rebase then
@@ -170,6 +192,9 @@ class ValueStream:
         damage is logged once, naming the file, the position and the offsets skipped. A sealed segment
         another stream counted whole is taken from :mod:`seglogfs.stream_totals` (when ``report``: not for a
         batch table's rescan), its batch table left to the first read."""
+        if seg.totals is not None:
+            self._sync(seg)
+            return
         if report and seg.sealed and seg.whole and seg.scanned == 0 and self._adopt_total(seg):
             return
         segment = seg.segment
@@ -218,6 +243,155 @@ class ValueStream:
             if report and seg.whole and not seg.dropped:
                 total = SealedTotal(seg.nbytes, seg.scanned, seg.next_offset)
                 remember_sealed_total(segment, self._totals_key, total)
+
+    # ------------------------------------------------------------------ totals mode
+    def _sync(self, seg: _Segment, *, small: bool = True) -> None:
+        """Take ``seg``'s counts from the engine's totals; with ``small``, first count a rest of at
+        most :data:`COUNT_INLINE_BYTES` (what was appended since, or a small recovered segment)."""
+        t, segment = seg.totals, seg.segment
+        size = segment.size
+        if small and not t.counted(size) and size - t.frontier.position <= COUNT_INLINE_BYTES:
+            self._catch_up(seg)
+        f = t.frontier
+        if seg.dropped and f.position > seg.scanned and not os.path.exists(segment.log_path):
+            # counted in memory, but purged before this stream saw those bytes: it can never read them
+            self._raise_if_gone(seg)
+        seg.counted_all = t.counted(size)
+        if seg.part_pos < 0 and not self._locate(seg):
+            return
+        seg.nbytes = seg.head + max(f.cum(self.fmt.name) - seg.part_cum, 0)
+        seg.scanned = f.position
+        seg.next_offset = max(seg.next_offset, f.offset)
+        if seg.sealed and seg.counted_all:
+            seg.complete = True
+
+    def _catch_up(self, seg: _Segment, **kwargs: object) -> None:
+        """``seg.totals.catch_up(**kwargs)``; _Gone when retention purged its files."""
+        try:
+            seg.totals.catch_up(**kwargs)
+        except FileNotFoundError:
+            self._raise_if_gone(seg)
+            raise
+
+    def _locate(self, seg: _Segment) -> bool:
+        """Find where the stream's part of ``seg`` starts (a from-stream's first record, the log
+        start offset): a lookup in the totals' checkpoints and at most one stretch read. False while
+        the totals have not passed it."""
+        t = seg.totals
+        if seg.min_offset <= seg.base_offset:
+            seg.part_pos, seg.part_cum = 0, 0
+            return True
+        try:
+            found = t.locate(seg.min_offset, self.fmt)
+        except FileNotFoundError:
+            self._raise_if_gone(seg)
+            raise
+        if found is None:
+            if seg.sealed and seg.counted_all:  # no batch of the segment is part of the stream
+                seg.part_pos, seg.part_cum = t.frontier.position, t.frontier.cum(self.fmt.name)
+                return True
+            return False
+        cum, header, data, nbytes = found
+        first = self.first_offset
+        if first is not None and header.base_offset < first:
+            try:
+                seg.head = self.fmt.count(data, header.at(0), str(seg.segment.log_path), first)
+            except CorruptRecordError:
+                seg.head = 0
+            seg.head_batch = (header.position, header.size)
+            seg.part_pos, seg.part_cum = header.end_position, cum + nbytes
+        else:
+            seg.part_pos, seg.part_cum = header.position, cum
+        return True
+
+    def _count_for(self, end: int) -> None:
+        """Have the engine count (in this request) as far as stream position ``end`` needs: a read
+        past what the background counter has reached so far."""
+        seg_start = self._hole
+        for seg in list(self._segments.values()):
+            if not seg.counted_all:
+                if seg.part_pos >= 0 and seg_start + seg.nbytes >= end:
+                    return
+                if seg.part_pos < 0:
+                    low = seg.min_offset
+                    self._catch_up(seg, until=Goal("offset", low))
+                    self._sync(seg, small=False)
+                if seg.part_pos >= 0:
+                    name, target = self.fmt.name, end - seg_start - seg.head + seg.part_cum
+                    self._catch_up(seg, until=Goal(name, target))
+                    self._sync(seg, small=False)
+                if not seg.counted_all:
+                    return
+            seg_start += seg.nbytes
+
+    def _window(self, seg: _Segment, cum: int) -> tuple[int, bytes]:
+        """The bytes of the checkpoint stretch of ``seg`` holding byte ``cum``, and where they start."""
+        key = seg.segment.uid
+        kept = self._windows.get(key)
+        if kept is not None and kept[0] is seg.segment and kept[1] <= cum < kept[1] + len(kept[2]):
+            self._windows.move_to_end(key)
+            return kept[1], kept[2]
+        try:
+            start, data = seg.totals.window(cum, self.fmt)
+        except FileNotFoundError:
+            self._raise_if_gone(seg)
+            raise
+        self._windows[key] = (seg.segment, start, data)
+        self._windows.move_to_end(key)
+        while len(self._windows) > _WINDOWS_KEPT:
+            self._windows.popitem(last=False)
+        return start, data
+
+    def _render(self, seg: _Segment, position: int, size: int) -> bytes:
+        """The stream bytes of the batch at ``position`` of ``seg`` (the last one kept)."""
+        cached = self._cached
+        if cached is not None and cached[0] == seg.segment.uid and cached[1] == position:
+            return cached[2]
+        fd = self._open(seg)
+        try:
+            buf = os.pread(fd, size, position)
+        finally:
+            os.close(fd)
+        header = read_batch_header(buf, 0, path=seg.segment.log_path)
+        values = self.fmt.render(buf, header, str(seg.segment.log_path), self.first_offset)
+        self._cached = (seg.segment.uid, position, values)
+        return values
+
+    def _piece(self, seg: _Segment, rel: int, wanted: int) -> bytes:
+        """Up to ``wanted`` bytes from byte ``rel`` of ``seg``'s part, within one batch."""
+        if rel < seg.head:
+            values = self._render(seg, *seg.head_batch)
+            return values[rel : rel + wanted]
+        cum = rel - seg.head + seg.part_cum
+        start, data = self._window(seg, cum)
+        return data[cum - start : cum - start + wanted]
+
+    def _read_totals(self, position: int, size: int) -> bytes:
+        """:meth:`_read_at` in totals mode."""
+        self._count_for(position + size)
+        out: list[bytes] = []
+        wanted = size
+        seg_start = self._hole
+        for seg in list(self._segments.values()):
+            seg_end = seg_start + seg.nbytes
+            if position < seg_end:
+                try:
+                    while wanted > 0 and position < seg_end:
+                        piece = self._piece(seg, position - seg_start, wanted)
+                        if not piece:
+                            return b"".join(out)
+                        out.append(piece)
+                        wanted -= len(piece)
+                        position += len(piece)
+                except _Gone:
+                    if out:
+                        break
+                    self._forget_through(seg)
+                    raise
+            if wanted <= 0 or not seg.counted_all:
+                break
+            seg_start = seg_end
+        return b"".join(out)
 
     def _adopt_total(self, seg: _Segment) -> bool:
         """Take ``seg``'s counts from another stream's whole scan; False when there is none."""
@@ -335,7 +509,7 @@ class ValueStream:
             self.outdated = True  # the records it held before counted_to are not the ones counted
             if ends <= counted_to:
                 return None
-            state = self._segments[segment.base_offset] = _Segment(segment, min_offset=counted_to)
+            state = self._segments[segment.base_offset] = self._state(segment, min_offset=counted_to)
             return state
         self._check_continuity(newest, segment.base_offset)
         state = self._segments[segment.base_offset] = self._new_segment(segment, fresh=fresh)
@@ -350,12 +524,20 @@ class ValueStream:
         """The state of a segment the stream meets for the first time (``fresh``: its first)."""
         if self.first_offset is not None:
             position = 0
-            if fresh and self.first_offset > segment.base_offset:
+            if fresh and self.first_offset > segment.base_offset and not self._use_totals:
                 # the indexed batch at or before the first offset: the scan skips the few before it
                 position = segment.offset_index.lookup(self.first_offset).position
-            return _Segment(segment, min_offset=self.first_offset, first_position=position)
+            return self._state(segment, min_offset=self.first_offset, first_position=position)
         # The stream begins at the log start offset, which may lie inside its first segment.
-        return _Segment(segment, min_offset=self.log.start_offset if fresh else -1)
+        return self._state(segment, min_offset=self.log.start_offset if fresh else -1)
+
+    def _state(self, segment: LogSegment, *, min_offset: int, first_position: int = 0) -> _Segment:
+        """A new segment state, in totals mode when the stream takes the engine's totals."""
+        if not self._use_totals:
+            return _Segment(segment, min_offset=min_offset, first_position=first_position)
+        return _Segment(
+            segment, min_offset=min_offset, totals=segment.totals, positions=None, sizes=None, starts=None
+        )
 
     def _forget_through(self, gone: _Segment) -> None:
         """Turn ``gone`` and every segment before it into hole."""
@@ -415,6 +597,8 @@ class ValueStream:
 
     def _read_at(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes from stream ``position`` >= the hole (the caller holds the lock)."""
+        if self._use_totals:
+            return self._read_totals(position, size)
         out: list[bytes] = []
         wanted = size
         seg_start = self._hole
@@ -488,13 +672,28 @@ class ValueStream:
         """The current length of the stream in bytes (it never shrinks while a reader is open).
         ``rebase``: the hole may go here (see :meth:`rebase_due`); only for a size whose asker
         takes it as the file's (a getattr, whose answer the kernel caches), never for one an open
-        needs: the kernel would go on giving that opener the size it cached before."""
+        needs: the kernel would go on giving that opener the size it cached before.
+
+        While the engine is still counting a segment of the stream in the background (data seglogfs
+        did not write), the size is the part counted so far, from the start, rounded down to
+        :data:`UNCOUNTED_ROUNDING` and never less than an answer given before: a lower bound that
+        reads go past (they count what they need), see docs/mount.md."""
         with self._lock:
             if rebase:
                 self._maybe_rebase()
             self._last_size = time.monotonic()
             segments = self._refresh()
-            return self._hole + sum(s.nbytes for s in segments)
+            total, exact = self._hole, True
+            for seg in segments:
+                total += seg.nbytes
+                if not seg.counted_all:
+                    exact = False
+                    break
+            if exact:
+                self._reported = total
+                return total
+            self._reported = max(self._reported, total - total % UNCOUNTED_ROUNDING)
+            return self._reported
 
     def _maybe_rebase(self) -> None:
         """With no reader open and no recent size(), begin the stream at the log start offset again:
@@ -513,11 +712,14 @@ class ValueStream:
             self.rebases += 1  # positions changed: a cached st_size is stale (seglogfs.fs.invalidation)
             self._hole = self._start_hole = 0
             self.outdated = False
+            self._reported = 0
             return
         dropped = [seg for seg in segments if seg.dropped]  # they lead: segments are in order
         if dropped:
             self._forget_through(dropped[-1])
         self.rebases += bool(self._hole)  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
+        if self._hole:
+            self._reported = 0
         self._hole = self._start_hole = 0
 
     def _first_live(self) -> LogSegment | None:

@@ -37,6 +37,7 @@ from seglogfs.log import Log
 from seglogfs.log_dir_files import LogDirFiles
 from seglogfs.log_files import parse_offset_file_name, sealed_segment_file
 from seglogfs.log_manager import LogManager
+from seglogfs.totals_counter import counted_bytes
 
 log = logging.getLogger("seglogfs.fs")
 
@@ -198,6 +199,7 @@ class LogState:
     rebases: int = 0  # times the log's stream views dropped their hole: their sizes shrank
     removals: int = 0  # Log.removals
     isolation: str = "read_uncommitted"  # fs.isolation.level: a live switch changes what every view shows
+    counted: int = 0  # file bytes the engine's view totals cover: a background count grows view sizes
 
     @classmethod
     def of(cls, lg: Log, rebases: int = 0) -> LogState:
@@ -206,7 +208,7 @@ class LogState:
         removals = lg.removals
         segments = tuple((s.base_offset, s.uid) for s in lg.segments)
         return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals,
-                   lg.config.fs_isolation_level)
+                   lg.config.fs_isolation_level, counted_bytes(lg))
 
     @property
     def active_base(self) -> int:

@@ -209,13 +209,12 @@ def test_value_stream_matches_the_records(tmp_path: Path) -> None:
         lg.close()
 
 
-def test_value_stream_keeps_sealed_totals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_value_stream_sizes_walk_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine counted each batch at append: a size() reads no segment, the first one either."""
     lg = _open(tmp_path, **{"segment.bytes": 1000})
     try:
         for i in range(50):
             lg.append_values([f"{i:04d}".encode() * 10])
-        stream = ValueStream(lg)
-        first = stream.size()
         scanned: list[tuple[int, int]] = []
         real = LogSegment.iter_batches
 
@@ -224,8 +223,11 @@ def test_value_stream_keeps_sealed_totals(tmp_path: Path, monkeypatch: pytest.Mo
             return real(segment, start, end, **kw)
 
         monkeypatch.setattr(LogSegment, "iter_batches", spy)
-        assert stream.size() == first
-        active = lg.segments[-1]
-        assert scanned == [(active.base_offset, active.size)]  # only the active one, from where it stopped
+        stream = ValueStream(lg)
+        first = stream.size()
+        assert first == 50 * 41
+        lg.append_values([b"x"])
+        assert stream.size() == first + 2
+        assert scanned == []
     finally:
         lg.close()

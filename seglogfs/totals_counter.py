@@ -1,0 +1,104 @@
+"""The background count of view totals (:mod:`seglogfs.segment_totals`) of segments nobody counted:
+data seglogfs did not write, segments recovery scanned, a cleaner's replacements, a totals file found
+stale. One daemon thread for the process, oldest segment first, a step of :data:`STEP_BATCHES`
+batches at a time (so appends and reads that need the same segment's lock wait for a step at most).
+Each log's progress is in :meth:`progress` (the mount's ``info``) and the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .log import Log
+
+__all__ = ["STEP_BATCHES", "TotalsCounter", "counted_bytes", "counter", "progress"]
+
+log = logging.getLogger(__name__)
+
+STEP_BATCHES = 50_000
+_IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a cleaner's new ones...)
+
+
+class TotalsCounter:
+    """Counts the segments of the logs it watches until each is counted to its end."""
+
+    def __init__(self) -> None:
+        self._logs: weakref.WeakSet[Log] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, lg: Log) -> None:
+        """Count ``lg``'s segments from now on (starts the thread on first use)."""
+        with self._lock:
+            self._logs.add(lg)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="seglogfs-totals", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def unwatch(self, lg: Log) -> None:
+        """Stop counting ``lg`` (it is closing)."""
+        with self._lock:
+            self._logs.discard(lg)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(_IDLE_S)
+            self._wake.clear()
+            with self._lock:
+                logs = list(self._logs)
+            for lg in logs:
+                try:
+                    self._count(lg)
+                except Exception:  # a log's trouble (its files gone under it) stops no other
+                    log.exception("%s: counting the view totals failed", lg.name)
+
+    def _count(self, lg: Log) -> None:
+        started, counted = None, 0
+        for segment in lg.segments:
+            totals = segment.totals
+            while not totals.counted(segment.size):
+                if lg.closed or lg not in self._logs:
+                    return
+                if started is None:
+                    started = time.monotonic()
+                    todo = sum(max(s.size - s.totals.frontier.position, 0) for s in lg.segments)
+                    log.info("%s: counting the view totals of %d bytes of segments", lg.name, todo)
+                before = totals.frontier.position
+                totals.catch_up(max_batches=STEP_BATCHES)
+                counted += totals.frontier.position - before
+                if totals.frontier.position == before:
+                    break  # a torn tail being written: the next look goes on
+            if segment.offset_limit is not None and totals.counted(segment.size):
+                lg.save_sealed_totals(segment)  # a sealed one: for the next start
+        if started is not None and counted > 0:
+            log.info(
+                "%s: view totals counted (%d bytes of segments in %.2fs)",
+                lg.name, counted, time.monotonic() - started,
+            )
+
+
+_COUNTER = TotalsCounter()
+
+
+def counter() -> TotalsCounter:
+    """The process's counter."""
+    return _COUNTER
+
+
+def counted_bytes(lg: Log) -> int:
+    """The bytes of ``lg``'s segment files its view totals cover (it grows as counting goes on)."""
+    return sum(min(s.totals.frontier.position, s.size) for s in lg.segments)
+
+
+def progress(lg: Log) -> dict[str, int | bool]:
+    """``{"counted_bytes", "bytes", "counting"}``: how much of ``lg``'s segments' files the totals cover."""
+    total = sum(s.size for s in lg.segments)
+    counted = counted_bytes(lg)
+    return {"counted_bytes": counted, "bytes": total, "counting": counted < total}
