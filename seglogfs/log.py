@@ -508,14 +508,17 @@ class Log(SegmentRemoval):
             if cut is not None:
                 self._go_offline(cut)
                 raise LogOfflineError(f"log {self.name} is offline: {cut}")
-            segment.append_batches(placed)
+            end = segment.write_batches(placed)
         except OSError as exc:  # ENOENT at a roll: maybe the directory is gone
             self._require_files(exc)
             raise
         self._dirty.add(segment)
-        # Before acknowledging: in the file the next start will find (not one removed or replaced).
+        # Before acknowledging, or showing them to readers: in the file the next start will find (not
+        # one removed or replaced).
         self._require_files()
+        # The end offset first: no reader (another request thread) sees a record past it.
         self._next_offset = first
+        segment.publish(end, placed)
         self._unflushed_messages += sum(count for _, count in batches)
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_locked()

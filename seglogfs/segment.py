@@ -340,8 +340,14 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self.append_batches([(batch, last_offset, max_timestamp)])
 
     def append_batches(self, batches: Sequence[tuple[bytes, int, int]]) -> None:
+        """:meth:`write_batches`, then :meth:`publish` them."""
+        self.publish(self.write_batches(batches), batches)
+
+    def write_batches(self, batches: Sequence[tuple[bytes, int, int]]) -> int:
         """Write consecutive ``(batch, last offset, max timestamp)`` at the end of the .log with one
-        write, then maintain the indexes batch by batch (Kafka's append rule).
+        write, then maintain the indexes batch by batch (Kafka's append rule). Returns where they
+        end; readers see them only once :meth:`publish` moves :attr:`size` there (a log publishes
+        after it checked that the file is still the one the next start finds).
 
         All or nothing: when any step fails (the write: ENOSPC or a short write; an index entry), the
         .log is cut back to its previous size, the indexes drop what this append added, and the error
@@ -382,7 +388,13 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         if position == 0:
             self._rolling_based_timestamp = batches[0][2]
         self._bytes_since_last_index_entry = since_entry
-        self.size = position + len(data)
+        return position + len(data)
+
+    def publish(self, end: int, batches: Sequence[tuple[bytes, int, int]]) -> None:
+        """Make batches :meth:`write_batches` wrote, ending at ``end``, visible to readers (and counted
+        in the views' totals)."""
+        position = self.size
+        self.size = end
         self.totals.appended(position, [batch for batch, _, _ in batches])
 
     def should_roll(

@@ -379,7 +379,10 @@ class Notifier:
         if old is not None:  # sealed before and still the same segment object: its files never changed
             unchanged = {b for b, i in set(old.segments) & set(new.segments) if b < old.active_base}
         stale, gone = [], []
-        existing = set(LogDirFiles(lg).names())
+        try:
+            existing = set(LogDirFiles(lg).names())
+        except FileNotFoundError:  # the log dir was removed under the daemon: the log goes offline
+            existing = set()
         for file_name in names:
             parsed = parse_offset_file_name(file_name)
             if parsed and parsed[0] in unchanged and sealed_segment_file(file_name, new.active_base):
