@@ -388,10 +388,35 @@ class ValueStream:
                         break
                     self._forget_through(seg)
                     raise
+                except CorruptRecordError:
+                    if out:
+                        break  # what was read before is whole: the next read meets the damage first
+                    if not self._count_without_totals():
+                        raise
+                    self._refresh()
+                    return self._read_at(position, size)
             if wanted <= 0 or not seg.counted_all:
                 break
             seg_start = seg_end
         return b"".join(out)
+
+    def _count_without_totals(self) -> bool:
+        """A batch the engine counted is unreadable now (its file cut or damaged under the daemon):
+        from here on the stream counts batch by batch, as a read_committed stream does, so that only
+        the lost batches' records go (the damage logged with their offsets) and ``records`` goes on.
+        Not while another reader is open (positions after the damage move down). True when switched."""
+        if self._readers > 1 or not self._use_totals:
+            return False
+        log.warning("%s: a batch counted before is unreadable now: its views count batch by batch",
+                    self.log.name)
+        self._use_totals = False
+        self._segments.clear()
+        self._with_table.clear()
+        self._table_entries = 0
+        self._cached = None
+        self._windows.clear()
+        self.rebases += 1  # sizes shrank: a cached st_size is stale (seglogfs.fs.invalidation)
+        return True
 
     def _adopt_total(self, seg: _Segment) -> bool:
         """Take ``seg``'s counts from another stream's whole scan; False when there is none."""
