@@ -156,18 +156,38 @@ def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int) -> list
 
 
 def start_empty_fs(base: Path, n: int, loop: str) -> tuple[subprocess.Popen, Path]:
-    """bench/empty_fs.py on ``base/empty``: the binding's floor, served by the same loop."""
+    """bench/empty_fs.py on ``base/empty``: the binding's floor, served by the same loop; its
+    ``segments/`` are seglogd's log dir's files, the sealed ones cached across opens as seglogd does."""
     mount = base / "empty"
+    log_dir = base / "data" / "bench-0"
+    sealed = ",".join(sorted(p.name for p in log_dir.glob("*.log"))[:-1])
     err = open(base / "empty_fs.stderr", "wb")  # noqa: SIM115 (kept open for the process's life)
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "empty_fs.py"), str(mount), str(n)],
-                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                            env={**os.environ, "SEGLOGFS_FUSE_LOOP": loop})
+    command = [sys.executable, str(REPO / "bench" / "empty_fs.py"), str(mount), str(n), str(log_dir)]
+    proc = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                            env={**os.environ, "SEGLOGFS_FUSE_LOOP": loop, "SEGLOGFS_EMPTY_SEALED": sealed})
     deadline = time.monotonic() + 30
     while not mounted(mount):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"empty_fs did not mount: {(base / 'empty_fs.stderr').read_text()}")
         time.sleep(0.05)
     return proc, mount
+
+
+def active_segment_rows(base: Path, log_dir: Path, floor_dir: Path) -> list[Row]:
+    """`cat` of the active segment, warm: through seglogd, through the empty filesystem (the floor of
+    a growing file every open must see as it is: no page cache kept across opens) and directly."""
+    data = base / "data" / "bench-0"
+    active = sorted(p.name for p in data.glob("*.log"))[-1]
+    size_mb = (data / active).stat().st_size / 1e6
+    direct = cat_seconds(data / active)
+    ours = cat_seconds(log_dir / "segments" / active)
+    floor = cat_seconds(floor_dir / "segments" / active)
+    return [
+        ("cat segments/<active>.log vs cat of the file, warm", f"{size_mb / ours:,.0f} MB/s",
+         f"{direct / ours:.2f}x of direct ({size_mb / direct:,.0f} MB/s)"),
+        ("  empty mfusepy fs serving the same file the same way", f"{size_mb / floor:,.0f} MB/s",
+         f"{direct / floor:.2f}x of direct; seglogd at {floor / ours:.2f}x of it"),
+    ]
 
 
 def engine_reads(data_dir: Path, n: int, lookups: int) -> Row:
@@ -298,6 +318,7 @@ def main() -> int:
         floor_proc, floor_mount = start_empty_fs(base, n, args.loop)
         try:
             rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups)
+            rows += active_segment_rows(base, log_dir, floor_mount / "bench-0")
         finally:
             stop_daemon(floor_proc, floor_mount)
         rows.append(engine_reads(base / "data" / "bench-0", n, args.lookups))
