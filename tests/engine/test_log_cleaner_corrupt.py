@@ -12,6 +12,7 @@ from support.cleaner_helpers import compact_config, open_manager
 from support.engine_helpers import ManualClock
 
 from seglogfs.errors import CorruptRecordError
+from seglogfs.log import Log
 from seglogfs.log_cleaner import Cleaner, cleanable_range
 from seglogfs.records import ProducerRecord, iter_batch_headers
 
@@ -30,6 +31,17 @@ def _clean(lg, clock: ManualClock) -> None:
     Cleaner(1 << 20).clean(lg, span, clock.ms)
 
 
+def _clean_refused(lg: Log, clock: ManualClock, path: Path, data: bytearray) -> CorruptRecordError:
+    """The clean's CorruptRecordError, once checked to name ``path`` and to leave the log as it was
+    (``path`` still holds ``data``, no ``.cleaned`` or ``.swap`` file)."""
+    with pytest.raises(CorruptRecordError) as caught:
+        _clean(lg, clock)
+    assert caught.value.path == str(path)
+    assert path.read_bytes() == data
+    assert not list(lg.dir.glob("*.cleaned")) and not list(lg.dir.glob("*.swap"))
+    return caught.value
+
+
 @pytest.mark.parametrize("fix_crc", [False, True], ids=["bad-crc", "malformed-record"])
 def test_a_damaged_batch_stops_the_clean_naming_file_and_position(tmp_path: Path, fix_crc: bool) -> None:
     clock = ManualClock()
@@ -45,13 +57,9 @@ def test_a_damaged_batch_stops_the_clean_naming_file_and_position(tmp_path: Path
             crc = crc32c(bytes(data[victim.position + 21 : victim.end_position]))
             struct.pack_into(">I", data, victim.position + 17, crc)
         path.write_bytes(data)
-        with pytest.raises(CorruptRecordError) as caught:
-            _clean(lg, clock)
-        assert caught.value.path == str(path)
-        assert caught.value.position == victim.position
-        assert ("malformed record" if fix_crc else "CRC") in str(caught.value)
-        assert path.read_bytes() == data
-        assert not list(lg.dir.glob("*.cleaned")) and not list(lg.dir.glob("*.swap"))
+        caught = _clean_refused(lg, clock, path, data)
+        assert caught.position == victim.position
+        assert ("malformed record" if fix_crc else "CRC") in str(caught)
 
 
 @pytest.mark.parametrize("shift", [-1, 1])
@@ -67,9 +75,4 @@ def test_a_moved_base_offset_stops_the_clean(tmp_path: Path, shift: int) -> None
         victim = list(iter_batch_headers(data))[17]
         struct.pack_into(">q", data, victim.position, victim.base_offset + shift)
         path.write_bytes(data)
-        with pytest.raises(CorruptRecordError) as caught:
-            _clean(lg, clock)
-        assert caught.value.path == str(path)
-        assert "overlap" in str(caught.value)
-        assert path.read_bytes() == data
-        assert not list(lg.dir.glob("*.cleaned")) and not list(lg.dir.glob("*.swap"))
+        assert "overlap" in str(_clean_refused(lg, clock, path, data))
