@@ -50,6 +50,7 @@ from .log_segments import (
 )
 from .log_transactions import LogTransactions
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
+from .record_offsets import first_existing_offset, record_count
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -313,8 +314,6 @@ class Log(SegmentRemoval):
         """User records from the start offset: ``end - start`` unless the log is compacted (gaps)."""
         if "compact" not in self.config.cleanup_policy:
             return self.end_offset - self.start_offset
-        from .offset_listing import record_count  # it walks Log objects: imported late, no cycle
-
         return record_count(self)
 
     # ================================================================== appending
@@ -757,8 +756,6 @@ class Log(SegmentRemoval):
         found = self._offset_for_timestamp(timestamp_ms)
         if isolation != READ_COMMITTED:
             return found
-        from .offset_listing import first_existing_offset  # it walks Log objects: imported late, no cycle
-
         visible = first_existing_offset(self, found, isolation=isolation)
         if visible is None:
             raise TimestampNotFoundError(

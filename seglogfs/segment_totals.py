@@ -1,6 +1,6 @@
 """``SegmentTotals``: the stream bytes of one segment's batches, counted once, kept as the log changes.
 
-The views (``records``, ``records.jsonl``, ``from/<n>``...: :mod:`seglogfs.value_stream`) need, per
+The views (``records``, ``records.jsonl``, ``from/<n>``...: :mod:`seglogfs.views.value_stream`) need, per
 segment, how many bytes its records make in each format. A segment's totals are counted from its
 start up to a *frontier* (a batch boundary: file position, next offset, and the bytes of the
 ``values`` and ``jsonl`` formats before it), and keep sparse cumulative *checkpoints* (every

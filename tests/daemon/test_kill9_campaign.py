@@ -102,7 +102,9 @@ def test_kill9_during_fsynced_appends_loses_nothing_acknowledged(seglogd) -> Non
         rounds += 1
     assert d.stop() == 0, f"seed {SEED}: the final stop failed:\n{d.stderr()}"
     verify = subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "verify", str(d.data_dir)], capture_output=True, text=True
+        [sys.executable, "-m", "seglogfs.tools.cli", "verify", str(d.data_dir)],
+        capture_output=True,
+        text=True,
     )
     assert verify.returncode == 0, (
         f"seed {SEED}, {rounds} rounds: verify failed:\n{verify.stdout}{verify.stderr}"
