@@ -670,7 +670,7 @@ class Log(SegmentRemoval):
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
-            i = bounds.index_of(header, offset)
+            i = bounds.index_of(header.base_offset, offset)
             if i < 0:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
             start, end = bounds.span(i)
