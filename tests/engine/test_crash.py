@@ -42,7 +42,7 @@ while True:
         manager.checkpoint()
 """
 
-KILLS = 20
+KILLS = 12
 
 
 @pytest.mark.slow
