@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -82,13 +83,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 skip_record_metadata=args.skip_record_metadata,
             )
             files = [f for f in args.files.split(",") if f]
-            return dump_files(files, options, sys.stdout, sys.stderr)
+            return _flushed(dump_files(files, options, sys.stdout, sys.stderr))
         from seglogfs.tools.verify import main as verify_main
 
-        return verify_main(args.paths, sys.stdout, sys.stderr, strict=args.strict)
-    except BrokenPipeError:  # `seglogfs dump ... | head`
-        sys.stderr.close()
+        return _flushed(verify_main(args.paths, sys.stdout, sys.stderr, strict=args.strict))
+    except BrokenPipeError:  # `seglogfs dump ... | head`: the reader has all it wanted
+        # the interpreter's last flush of stdout would fail again, with a traceback: discard it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _flushed(status: int) -> int:
+    """``status``, once stdout is flushed: a reader gone shows here, inside main, not at exit."""
+    sys.stdout.flush()
+    return status
 
 
 if __name__ == "__main__":

@@ -481,6 +481,8 @@ def dump_files(paths: Sequence[str], options: DumpOptions, out: TextIO, err: Tex
                 dump_txn_index(path, out)
             else:
                 err.write(f"Ignoring unknown file {arg}\n")
+        except BrokenPipeError:
+            raise  # the reader of stdout is gone (`| head`): not a fault of this file
         except (OSError, ValueError, CorruptIndexError, CorruptCheckpointError) as exc:
             # CorruptIndexError: --index-sanity-check failed; ValueError: a name that is not an offset;
             # CorruptCheckpointError names the file and the line

@@ -380,6 +380,15 @@ def test_cli_subprocess(logdir):
     assert split_lines(proc.stdout) == expected_index_lines(ipath) + expected_log_lines(lpath, True, False)
 
 
+def test_cli_piped_into_head_stops_quietly(logdir):
+    lpath = logdir / "__cluster_metadata-0" / f"{SEG}.log"
+    cmd = f"{sys.executable} -m seglogfs.tools.cli dump --files {lpath} --print-data-log | head -n 1"
+    proc = subprocess.run(["bash", "-c", cmd + '; exit "${PIPESTATUS[0]}"'], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert proc.stdout.startswith("Dumping ") and proc.stderr == ""
+    assert proc.returncode == 141  # as a program killed by SIGPIPE
+
+
 def test_cli_cluster_metadata_decoder_prints_every_record_as_json(logdir):
     lpath = logdir / "__cluster_metadata-0" / f"{SEG}.log"
     proc = run_dump_cli("--cluster-metadata-decoder", "--files", str(lpath))
