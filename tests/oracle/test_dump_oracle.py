@@ -1,0 +1,107 @@
+"""``seglogfs dump`` against Kafka's own ``kafka.tools.DumpLogSegments`` (kafka-dump-log.sh) on the
+same files: the broker-written test data and a data dir seglogfs wrote (rolled, compacted, with
+transactions). stdout must match line for line; stderr's problem reports match as a set, since
+Kafka prints them in a hash map's order.
+
+Files left out, as docs/oracle.md says: the text checkpoints, which Kafka does not dump
+(``leader-epoch-checkpoint`` even crashes it), and seglogfs' own hidden files.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from support.kafka_broker import dump_log_segments_many, require_kafka
+from support.oracle_logs import write_oracle_logs
+from support.testdata import KAFKA_LOG_DIR
+
+from seglogfs.dump import DumpOptions, dump_files
+
+pytestmark = pytest.mark.oracle
+
+#: the non-empty broker-written logs, and one empty one
+TESTDATA_LOGS = ("__consumer_offsets-15", "__cluster_metadata-0", "demo-topic-0")
+_OPTION_FIELDS = {
+    "--print-data-log": "print_data_log",
+    "--deep-iteration": "deep_iteration",
+    "--verify-index-only": "verify_index_only",
+    "--index-sanity-check": "index_sanity_check",
+    "--cluster-metadata-decoder": "cluster_metadata_decoder",
+}
+
+
+def segment_files(log_dirs: Sequence[Path]) -> list[Path]:
+    """Every segment-named file (.log, .index, .timeindex, .txnindex, .snapshot) of the dirs."""
+    return [p for d in log_dirs for p in sorted(d.iterdir()) if p.name[:1].isdigit()]
+
+
+def seglogfs_dump(files: Sequence[Path], options: Sequence[str]) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    dump_files([str(f) for f in files], DumpOptions(**{_OPTION_FIELDS[o]: True for o in options}), out, err)
+    return out.getvalue(), err.getvalue()
+
+
+def problem_blocks(stderr: str) -> set[str]:
+    """stderr as its reports: a line and the indented lines under it."""
+    blocks: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith(" ") and blocks:
+            blocks[-1] += "\n" + line
+        else:
+            blocks.append(line)
+    return set(blocks)
+
+
+def assert_same_dumps(runs: Sequence[tuple[Sequence[Path], Sequence[str]]]) -> None:
+    """Each run's Kafka output equals seglogfs' (stdout line for line, stderr as a set of reports)."""
+    for (files, options), (k_out, k_err) in zip(runs, dump_log_segments_many(runs), strict=True):
+        assert "Exception" not in k_err, k_err
+        s_out, s_err = seglogfs_dump(files, options)
+        k_lines, s_lines = k_out.splitlines(), s_out.splitlines()
+        for n, (k, s) in enumerate(zip(k_lines, s_lines, strict=False)):
+            assert s == k, f"{' '.join(options) or 'no options'}: line {n + 1} differs"
+        assert len(s_lines) == len(k_lines), options
+        assert problem_blocks(s_err) == problem_blocks(k_err), options
+
+
+@pytest.fixture(scope="module")
+def testdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_kafka()
+    dst = tmp_path_factory.mktemp("testdata")
+    for name in TESTDATA_LOGS:
+        shutil.copytree(KAFKA_LOG_DIR / name, dst / name)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def seglogfs_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_kafka()
+    data = tmp_path_factory.mktemp("seglogfs")
+    write_oracle_logs(data)
+    return data
+
+
+def test_dumps_of_broker_written_logs_match_kafka_dump_log(testdata: Path) -> None:
+    files = segment_files([testdata / n for n in TESTDATA_LOGS])
+    metadata = segment_files([testdata / "__cluster_metadata-0"])
+    assert_same_dumps(
+        [
+            (files, []),
+            (files, ["--print-data-log"]),
+            (files, ["--index-sanity-check"]),
+            (metadata, ["--cluster-metadata-decoder"]),
+        ]
+    )
+
+
+def test_dumps_of_seglogfs_written_logs_match_kafka_dump_log(seglogfs_data: Path) -> None:
+    """Rolled (plain, gzip), compacted by seglogfs' cleaner, transactional with its .txnindex and
+    producer snapshots: every file as Kafka prints it."""
+    files = segment_files(sorted(p for p in seglogfs_data.iterdir() if p.is_dir()))
+    suffixes = {p.suffix for p in files}
+    assert {".log", ".index", ".timeindex", ".txnindex", ".snapshot"} <= suffixes
+    assert_same_dumps([(files, ["--print-data-log"]), (files, ["--verify-index-only"])])

@@ -1,0 +1,122 @@
+"""A data dir written by seglogfs for the Kafka oracle: a rolled log with keys, headers and a gzip
+topic, a compacted log cleaned by seglogfs' cleaner, and a transactional log (commits, aborts, an
+open transaction's absence) that seglogfs opened, indexed, cleaned and appended to.
+
+``write_oracle_logs`` returns, per log, what seglogfs itself reads from it: the records a Kafka
+consumer must see through a broker that loaded the same files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from seglogfs.cleaner_config import CleanerConfig
+from seglogfs.config import LogConfig
+from seglogfs.log_manager import LogManager
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
+from seglogfs.records import ProducerRecord
+from support.transactions import Scenario
+
+#: Kafka topic configs the broker gets for each log (the same the seglogfs log was written with)
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    "plain": {"retention.ms": "-1", "segment.bytes": "1048576"},
+    "zipped": {"retention.ms": "-1", "compression.type": "gzip"},
+    "compacted": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    "txn": {"cleanup.policy": "compact", "retention.ms": "-1"},
+}
+_SMALL_SEGMENTS = {"segment.bytes": 600, "index.interval.bytes": 100, "segment.index.bytes": 1200}
+_COMPACT = {
+    **_SMALL_SEGMENTS,
+    "cleanup.policy": "compact",
+    "min.cleanable.dirty.ratio": 0,
+    "delete.retention.ms": 10_000,
+    "file.delete.delay.ms": 0,
+}
+Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+@dataclass
+class OracleLog:
+    """One log's name and seglogfs' own reading of it (offset, timestamp, key, value, headers)."""
+
+    name: str
+    records: list[Row]
+    committed: list[Row]
+    end_offset: int
+
+
+class _Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
+def _rows(lg, isolation) -> list[Row]:
+    records = lg.iter_records(isolation=isolation)
+    return [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in records]
+
+
+def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
+    """Writes plain-0, zipped-0, compacted-0 and txn-0 into ``data_dir`` with seglogfs' engine."""
+    # Recent timestamps: a broker's default retention must not delete what it loads.
+    clock = _Clock(int(time.time() * 1000) - 60_000)
+    txn_dir = data_dir / "txn-0"
+    # A broker's transactional log (kafka-python's batches, markers by hand); seglogfs then opens it
+    # (writing its indexes and producer snapshots), cleans it, and appends to it.
+    (
+        Scenario()
+        .send(7, [b"1", b"2"], keys=[b"a", b"b"])
+        .commit(7)
+        .send_plain([b"3"], keys=[b"a"])
+        .send(8, [b"x", b"y"], keys=[b"c", b"d"])
+        .abort(8)
+        .send(9, [b"z"], keys=[b"e"])
+        .roll()
+        .commit(9)
+        .send(7, [b"4"], keys=[b"b"])
+        .commit(7)
+        .roll()
+        .send(10, [b"f", b"g"], keys=[b"f", b"g"])
+        .abort(10)
+        .send_plain([b"s"], keys=[b"sentinel"])
+        .write(txn_dir)
+    )
+    configs = {
+        "zipped-0": LogConfig.from_mapping({"compression.type": "gzip"}),
+        "compacted-0": LogConfig.from_mapping(_COMPACT),
+        "txn-0": LogConfig.from_mapping(_COMPACT),
+    }
+    small = LogConfig.from_mapping(_SMALL_SEGMENTS)
+    cleaner = CleanerConfig(enable=False)  # cleaned below, in this thread
+    with LogManager(data_dir, small, configs, clock=clock, cleaner_config=cleaner) as manager:
+        plain = manager.create_log("plain-0")
+        for n in range(40):
+            clock.ms += 7
+            headers = [("n", b"%d" % n), ("empty", None)] if n % 3 == 0 else []
+            plain.append([ProducerRecord(key=b"k%d" % (n % 5), value=b"value %d" % n, headers=headers)])
+        plain.append([ProducerRecord(value=b"no key %d" % n) for n in range(5)])
+        zipped = manager.create_log("zipped-0")
+        for n in range(3):
+            zipped.append([ProducerRecord(key=b"z%d" % i, value=b"zip %d" % i * 9) for i in range(n * 9 + 1)])
+        compacted = manager.create_log("compacted-0")
+        for n in range(60):
+            clock.ms += 5
+            value = None if n % 11 == 10 else b"round %d" % n
+            compacted.append([ProducerRecord(key=b"key%d" % (n % 7), value=value)])
+        compacted.roll()
+        txn = manager.get("txn-0")
+        while manager.clean_once(clock.ms) is not None:
+            pass
+        # the active segment (with an aborted transaction) is left to the broker's reader
+        txn.append([ProducerRecord(key=b"a", value=b"5")])
+        txn.append([ProducerRecord(key=b"after", value=b"clean")])
+        logs = {}
+        for name in ("plain-0", "zipped-0", "compacted-0", "txn-0"):
+            lg = manager.get(name)
+            rows, committed = _rows(lg, READ_UNCOMMITTED), _rows(lg, READ_COMMITTED)
+            logs[name] = OracleLog(name, rows, committed, lg.end_offset)
+    return logs
