@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.kafka_broker import dump_log_segments_many, require_kafka
+from support.offsets_records import write_offsets_log
 from support.oracle_logs import write_oracle_logs
 from support.testdata import KAFKA_LOG_DIR
 
@@ -31,6 +32,8 @@ _OPTION_FIELDS = {
     "--verify-index-only": "verify_index_only",
     "--index-sanity-check": "index_sanity_check",
     "--cluster-metadata-decoder": "cluster_metadata_decoder",
+    "--offsets-decoder": "offsets_decoder",
+    "--skip-record-metadata": "skip_record_metadata",
 }
 
 
@@ -105,3 +108,18 @@ def test_dumps_of_seglogfs_written_logs_match_kafka_dump_log(seglogfs_data: Path
     suffixes = {p.suffix for p in files}
     assert {".log", ".index", ".timeindex", ".txnindex", ".snapshot"} <= suffixes
     assert_same_dumps([(files, ["--print-data-log"]), (files, ["--verify-index-only"])])
+
+
+def test_offsets_decoder_matches_kafka_on_broker_written_consumer_offsets(testdata: Path) -> None:
+    """The real ``__consumer_offsets`` a broker wrote: group metadata with a consumer group's
+    subscription and assignment, offset commits."""
+    files = segment_files([testdata / "__consumer_offsets-15"])
+    short = ["--offsets-decoder", "--skip-record-metadata"]
+    assert_same_dumps([(files, ["--offsets-decoder"]), (files, short)])
+
+
+def test_offsets_decoder_matches_kafka_on_every_record_shape(tmp_path: Path) -> None:
+    """Every value version of both record types, the consumer protocol's versions, tombstones, and
+    the records Kafka reports instead of decoding, in Kafka's words."""
+    log = write_offsets_log(tmp_path / "__consumer_offsets-0")
+    assert_same_dumps([([log], ["--offsets-decoder"])])
