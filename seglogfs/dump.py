@@ -215,7 +215,7 @@ def _metadata_payload(record: DecodedRecord) -> str:
     try:
         return to_json(decode_metadata_record(record.value))
     except MetadataDecodeError as exc:
-        return f"Error at {record.offset}, skipping. {exc}"
+        return f"Error at {record.offset}, skipping. {exc.kafka_message or exc}"
 
 
 def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions) -> str:
