@@ -55,8 +55,11 @@ resolve classpath \
 
 # Spark's own Kafka source, at the installed pyspark's version (skipped without pyspark).
 spark_version=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null || true)
-if [ -n "$spark_version" ]; then
-    resolve spark-classpath "org.apache.spark:spark-sql-kafka-0-10_2.13:$spark_version" \
-        || echo "kafka-oracle: spark-sql-kafka-0-10_2.13:$spark_version did not resolve; Spark oracle test skips" >&2
+# A version Maven Central does not serve is noted once (spark-missing) and not asked for again.
+if [ -n "$spark_version" ] && [ "$(cat "$cache/spark-missing" 2>/dev/null)" != "$spark_version" ]; then
+    if ! resolve spark-classpath "org.apache.spark:spark-sql-kafka-0-10_2.13:$spark_version" 2>/dev/null; then
+        echo "$spark_version" > "$cache/spark-missing"
+        echo "kafka-oracle: spark-sql-kafka-0-10_2.13:$spark_version is not served; the Spark oracle test skips" >&2
+    fi
 fi
 echo "$KAFKA_VERSION" > "$(dirname "$cache")/VERSION"
