@@ -53,13 +53,25 @@ resolve classpath \
     "org.apache.kafka:kafka-server:$KAFKA_VERSION" \
     "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3"
 
-# Spark's own Kafka source, at the installed pyspark's version (skipped without pyspark).
+# Spark's own Kafka source at the installed pyspark's version; when Maven Central does not serve
+# that one, SPARK_KAFKA_FALLBACK (the newest 4.x it serves). Only the connector and what Spark
+# itself lacks go in spark-classpath (Spark ships Hadoop, Scala, slf4j and the codecs).
 spark_version=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null || true)
-# A version Maven Central does not serve is noted once (spark-missing) and not asked for again.
-if [ -n "$spark_version" ] && [ "$(cat "$cache/spark-missing" 2>/dev/null)" != "$spark_version" ]; then
-    if ! resolve spark-classpath "org.apache.spark:spark-sql-kafka-0-10_2.13:$spark_version" 2>/dev/null; then
-        echo "$spark_version" > "$cache/spark-missing"
-        echo "kafka-oracle: spark-sql-kafka-0-10_2.13:$spark_version is not served; the Spark oracle test skips" >&2
-    fi
+SPARK_KAFKA_FALLBACK=${SPARK_KAFKA_FALLBACK:-4.2.0}
+if [ -n "$spark_version" ] && ! complete "$cache/spark-classpath"; then
+    for v in "$spark_version" "$SPARK_KAFKA_FALLBACK"; do
+        [ "$(cat "$cache/spark-missing" 2>/dev/null)" = "$v" ] && continue  # known not to be served
+        if resolve spark-all "org.apache.spark:spark-sql-kafka-0-10_2.13:$v" 2>/dev/null; then
+            tr ':' '\n' < "$cache/spark-all" \
+                | grep -E '/(spark-sql-kafka-0-10|spark-token-provider-kafka-0-10|kafka-clients|commons-pool2)_?[^/]*\.jar$' \
+                | paste -sd: > "$cache/spark-classpath"
+            echo "$v" > "$cache/spark-version"
+            rm -f "$cache/spark-all"
+            break
+        fi
+        [ "$v" = "$spark_version" ] && echo "$v" > "$cache/spark-missing"
+    done
+    complete "$cache/spark-classpath" \
+        || echo "kafka-oracle: no spark-sql-kafka-0-10_2.13 for pyspark $spark_version; the Spark oracle test skips" >&2
 fi
 echo "$KAFKA_VERSION" > "$(dirname "$cache")/VERSION"

@@ -1,0 +1,74 @@
+"""Spark's own ``format("kafka")`` source (spark-sql-kafka-0-10 from the oracle's cache) reads a
+real Kafka broker: every record as the Kafka client that produced it sees it. The bootstrap address
+is the test's only tie to the broker, so the same test can be pointed at seglogd's listener."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from support.kafka_broker import KafkaBroker, spark_kafka_classpath
+
+pytest_plugins = ["support.spark_fixtures"]
+pytestmark = [pytest.mark.oracle, pytest.mark.spark]
+TOPIC = "spark-source"
+
+
+def produce(bootstrap: str) -> list[tuple]:
+    """Keyed records with headers and timestamps over two partitions; what a consumer then reads
+    as (partition, offset, key, value, timestamp ms, headers)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
+    base = int(time.time() * 1000) - 10_000
+    for n in range(30):
+        headers = [("n", b"%d" % n), ("empty", b"")] if n % 4 == 0 else []
+        key = None if n % 5 == 0 else b"k%d" % n
+        value = b"value %d" % n
+        producer.send(TOPIC, key=key, value=value, headers=headers, partition=n % 2, timestamp_ms=base + n)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        tps = [TopicPartition(TOPIC, p) for p in (0, 1)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        out: list[tuple] = []
+        while len(out) < 30:
+            for messages in consumer.poll(timeout_ms=1000).values():
+                out += [
+                    (m.partition, m.offset, m.key, m.value, m.timestamp, tuple(m.headers)) for m in messages
+                ]
+        return sorted(out, key=lambda r: (r[0], r[1]))
+    finally:
+        consumer.close()
+
+
+def test_spark_format_kafka_reads_what_a_kafka_consumer_reads(spark, kafka_broker: KafkaBroker) -> None:
+    if spark_kafka_classpath() is None:
+        pytest.skip("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])
+    finally:
+        admin.close()
+    expected = produce(kafka_broker.bootstrap)
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("subscribe", TOPIC)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    millis = "CAST(unix_millis(timestamp) AS BIGINT) AS ts"
+    rows = df.selectExpr("partition", "offset", "key", "value", millis, "headers", "topic").collect()
+    got = sorted(
+        (
+            r.partition, r.offset, None if r.key is None else bytes(r.key), bytes(r.value), r.ts,
+            tuple((h.key, None if h.value is None else bytes(h.value)) for h in r.headers or ()),
+        )
+        for r in rows
+    )  # fmt: skip
+    assert {r.topic for r in rows} == {TOPIC}
+    assert got == expected
