@@ -1,6 +1,8 @@
-"""Spark's own ``format("kafka")`` source (spark-sql-kafka-0-10 from the oracle's cache) reads a
-real Kafka broker: every record as the Kafka client that produced it sees it. The bootstrap address
-is the test's only tie to the broker, so the same test can be pointed at seglogd's listener."""
+"""Spark's own ``format("kafka")`` source (spark-sql-kafka-0-10 from the oracle's cache) against a
+real Kafka broker: it reads every record as the Kafka client that produced it sees it (the bootstrap
+address is that test's only tie to the broker, so it can be pointed at seglogd's listener), and a
+query over the logs seglogfs wrote gives the same rows through the broker as ``format("seglog")``
+gives on the data dir."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from support.kafka_broker import KafkaBroker, spark_kafka_classpath
+from support.oracle_logs import TOPIC_CONFIGS, AdoptedLogs
 
 pytest_plugins = ["support.spark_fixtures"]
 pytestmark = [pytest.mark.oracle, pytest.mark.spark]
@@ -72,3 +75,33 @@ def test_spark_format_kafka_reads_what_a_kafka_consumer_reads(spark, kafka_broke
     )  # fmt: skip
     assert {r.topic for r in rows} == {TOPIC}
     assert got == expected
+
+
+def _row(r) -> tuple:
+    headers = tuple((h.key, None if h.value is None else bytes(h.value)) for h in r.headers or ())
+    key = None if r.key is None else bytes(r.key)
+    value = None if r.value is None else bytes(r.value)
+    return (r.topic, r.partition, r.offset, key, value, r.timestamp, r.timestampType, headers)
+
+
+def test_one_word_moves_a_query_between_kafka_and_seglog(
+    spark, kafka_broker: KafkaBroker, adopted_logs: AdoptedLogs
+) -> None:
+    """The same read_committed query over the logs seglogfs wrote: format("kafka") through the broker
+    that loaded them, format("seglog") on seglogfs' data dir. Every column of every row is the same."""
+    if spark_kafka_classpath() is None:
+        pytest.skip("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
+    rows = {}
+    for fmt in ("kafka", "seglog"):
+        reader = (
+            spark.read.format(fmt)
+            .option("subscribe", ",".join(TOPIC_CONFIGS))
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .option("kafka.bootstrap.servers", kafka_broker.bootstrap)  # the seglog source ignores it
+        )
+        df = reader.load() if fmt == "kafka" else reader.load(str(adopted_logs.data_dir))
+        rows[fmt] = sorted((_row(r) for r in df.collect()), key=lambda r: r[:3])
+    assert rows["kafka"] == rows["seglog"]
+    expected = sum(len(log.committed) for log in adopted_logs.logs.values())
+    assert len(rows["kafka"]) == expected

@@ -8,15 +8,20 @@ consumer must see through a broker that loaded the same files.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
 
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
 from seglogfs.log_manager import LogManager
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 from seglogfs.records import ProducerRecord
+from support.kafka_broker import KafkaBroker
 from support.transactions import Scenario
 
 #: Kafka topic configs the broker gets for each log (the same the seglogfs log was written with)
@@ -31,7 +36,8 @@ _COMPACT = {
     **_SMALL_SEGMENTS,
     "cleanup.policy": "compact",
     "min.cleanable.dirty.ratio": 0,
-    "delete.retention.ms": 10_000,
+    # a tombstone's delete horizon (now + this) must still be ahead when the broker cleans the log
+    "delete.retention.ms": 86_400_000,
     "file.delete.delay.ms": 0,
 }
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
@@ -120,3 +126,48 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
             rows, committed = _rows(lg, READ_UNCOMMITTED), _rows(lg, READ_COMMITTED)
             logs[name] = OracleLog(name, rows, committed, lg.end_offset)
     return logs
+
+
+@dataclass
+class AdoptedLogs:
+    """The seglogfs data dir, seglogfs' reading of each log, and where the broker's log was when it
+    started loading them."""
+
+    data_dir: Path
+    logs: dict[str, OracleLog]
+    log_mark: int
+
+
+_KEEP = ("partition.metadata", "leader-epoch-checkpoint")
+
+
+def _replace_files(broker: KafkaBroker, source: Path, topics: list[str]) -> None:
+    """With the broker stopped: each topic's partition 0 files replaced by the seglogfs log's."""
+    for topic in topics:
+        target = broker.data_dir / f"{topic}-0"
+        for path in target.iterdir():
+            if path.name not in _KEEP:
+                path.unlink()
+        for path in (source / f"{topic}-0").iterdir():
+            if path.name[:1].isdigit():  # segments, indexes, .txnindex, .snapshot; not seglogfs' own
+                shutil.copy2(path, target / path.name)
+
+
+def adopt_oracle_logs(broker: KafkaBroker, data_dir: Path) -> AdoptedLogs:
+    """Writes the logs into ``data_dir`` with seglogfs, then has the running ``broker`` load them:
+    it creates the topics, stops, gets seglogfs' files in place of its empty logs' and starts."""
+    logs = write_oracle_logs(data_dir)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(t, 1, 1, topic_configs=c) for t, c in TOPIC_CONFIGS.items()])
+    finally:
+        admin.close()
+    metadata = [broker.data_dir / f"{t}-0" / "partition.metadata" for t in TOPIC_CONFIGS]
+    deadline = time.monotonic() + 30
+    while not all(p.exists() for p in metadata) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    broker.stop()
+    _replace_files(broker, data_dir, list(TOPIC_CONFIGS))
+    mark = len(broker.log_text())
+    broker.start()
+    return AdoptedLogs(data_dir, logs, mark)
