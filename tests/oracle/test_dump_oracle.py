@@ -111,10 +111,13 @@ def test_dumps_of_seglogfs_written_logs_match_kafka_dump_log(seglogfs_data: Path
     assert_same_dumps([(files, ["--print-data-log"]), (files, ["--verify-index-only"])])
 
 
-def test_offsets_decoder_matches_kafka_on_broker_written_consumer_offsets(testdata: Path) -> None:
-    """The real ``__consumer_offsets`` a broker wrote: group metadata with a consumer group's
-    subscription and assignment, offset commits."""
-    files = segment_files([testdata / "__consumer_offsets-15"])
+def test_offsets_decoder_matches_kafka_on_broker_written_consumer_offsets(tmp_path: Path) -> None:
+    """The real ``__consumer_offsets`` a broker wrote, all 50 partitions: group metadata with a
+    consumer group's subscription and assignment, offset commits (the other 49 are empty)."""
+    for log in KAFKA_LOG_DIR.glob("__consumer_offsets-*"):
+        shutil.copytree(log, tmp_path / log.name)
+    files = segment_files(sorted(tmp_path.iterdir()))
+    assert len([p for p in files if p.suffix == ".log"]) == 50
     short = ["--offsets-decoder", "--skip-record-metadata"]
     assert_same_dumps([(files, ["--offsets-decoder"]), (files, short)])
 
