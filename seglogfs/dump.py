@@ -23,8 +23,10 @@ Kafka's ``Error at <offset>, skipping. <why>`` in its place.
 With the offsets decoder (``DumpOptions.offsets_decoder``, ``--offsets-decoder``; it implies
 ``--print-data-log`` too) a ``__consumer_offsets`` record prints its key and value as Kafka's JSON
 (``seglogfs/consumer_offsets.py``): committed offsets and classic group metadata, a ``consumer``
-group's subscriptions and assignments decoded, ``<DELETE>`` for a tombstone; a KIP-848 group record
-prints Kafka's ``Unknown record type N at offset O, skipping.``
+group's subscriptions and assignments decoded, ``<DELETE>`` for a tombstone, Kafka's error text for
+a record that does not decode. Where we differ: a KIP-848 group record (key version 3 and up), which
+Kafka decodes, prints ``Unknown record type N at offset O, skipping.`` (Kafka's line for a type it
+does not know), and a record without a key prints an error line where Kafka's dump stops.
 
 Not supported: the key/value decoder classes and the transaction-log /
 remote-log-metadata / share-group-state decoders (``--print-data-log`` otherwise decodes as UTF-8
