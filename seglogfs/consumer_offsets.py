@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .metadata_records import to_json
@@ -28,6 +28,7 @@ __all__ = [
     "OFFSET_COMMIT_KEY_VERSION",
     "GroupMetadataKey",
     "GroupMetadataValue",
+    "GroupState",
     "MemberMetadata",
     "OffsetCommitKey",
     "OffsetCommitValue",
@@ -38,6 +39,7 @@ __all__ = [
     "encode_key",
     "encode_value",
     "offsets_json",
+    "replay",
 ]
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -434,6 +436,45 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
         d.get("currentStateTimestamp", -1),
         members,
     )
+
+
+@dataclass
+class GroupState:
+    """What a ``__consumer_offsets`` log holds once replayed: the committed offset of each (group,
+    topic, partition) and each classic group's metadata, tombstones applied."""
+
+    offsets: dict[OffsetCommitKey, OffsetCommitValue] = field(default_factory=dict)
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    #: records of types this module does not decode (KIP-848 groups), left out
+    skipped: int = 0
+
+
+def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> GroupState:
+    """The state after ``(key, value)`` records in log order, as a group coordinator loads it at
+    start-up: a later record of a key replaces an earlier one, a tombstone removes it. Raises
+    OffsetsDecodeError for a record that does not decode (or has no key)."""
+    state = GroupState()
+    for key_bytes, value_bytes in records:
+        if key_bytes is None:
+            raise OffsetsDecodeError("a __consumer_offsets record without a key")
+        try:
+            key = decode_key(key_bytes)
+        except UnknownRecordTypeError:
+            state.skipped += 1
+            continue
+        value = decode_value(key, value_bytes)
+        if isinstance(key, GroupMetadataKey):
+            if value is None:
+                state.groups.pop(key.group, None)
+            else:
+                assert isinstance(value, GroupMetadataValue)
+                state.groups[key.group] = value
+        elif value is None:
+            state.offsets.pop(key, None)
+        else:
+            assert isinstance(value, OffsetCommitValue)
+            state.offsets[key] = value
+    return state
 
 
 # --------------------------------------------------------------------------- kafka-dump-log.sh's JSON

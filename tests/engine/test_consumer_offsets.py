@@ -5,6 +5,7 @@ kafka-dump-log.sh printed for it. tests/oracle/ compares with Kafka's tool run o
 from __future__ import annotations
 
 import io
+import shutil
 import struct
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from kafka.record import MemoryRecords
 from support.testdata import KAFKA_LOG_DIR
 
+from seglogfs.config import LogConfig
 from seglogfs.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -25,8 +27,11 @@ from seglogfs.consumer_offsets import (
     encode_key,
     encode_value,
     offsets_json,
+    replay,
 )
 from seglogfs.dump import DumpOptions, dump_files
+from seglogfs.log import Log
+from seglogfs.records import ProducerRecord
 
 SEGMENT = KAFKA_LOG_DIR / "__consumer_offsets-15" / "00000000000000000000.log"
 #: lines kafka-dump-log.sh --offsets-decoder (Kafka 4.1.1) printed for SEGMENT's records 1 and 2
@@ -125,3 +130,29 @@ def test_offsets_decoder_option_of_the_cli(tmp_path: Path) -> None:
     from seglogfs.cli import main
 
     assert main(["dump", "--files", str(SEGMENT), "--offsets-decoder", "--skip-record-metadata"]) == 0
+
+
+def test_replaying_the_broker_log_through_the_engine_gives_the_committed_offsets(tmp_path: Path) -> None:
+    """The coordinator's load at start-up: the broker's log read by seglogfs' engine, then commits and
+    tombstones appended through it as a coordinator would."""
+    log_dir = tmp_path / "__consumer_offsets-15"
+    shutil.copytree(KAFKA_LOG_DIR / "__consumer_offsets-15", log_dir)
+    with Log.open(log_dir, LogConfig.from_mapping({"cleanup.policy": "compact"})) as lg:
+        state = replay((r.key, r.value) for r in lg.iter_records())
+        assert state.skipped == 0
+        assert {(k.topic, k.partition): v.offset for k, v in state.offsets.items()} == {
+            ("demo-topic", 0): 0, ("demo-topic", 1): 0, ("demo-topic", 2): 0,
+        }  # fmt: skip
+        assert state.groups["demo-group"].generation == 3
+        key = OffsetCommitKey("demo-group", "demo-topic", 1)
+        lg.append([ProducerRecord(key=encode_key(key), value=encode_value(OffsetCommitValue(42, "m", 5)))])
+        gone = OffsetCommitKey("demo-group", "demo-topic", 2)
+        lg.append([ProducerRecord(key=encode_key(gone), value=None)])
+        lg.append([ProducerRecord(key=encode_key(GroupMetadataKey("demo-group")), value=None)])
+        lg.append([ProducerRecord(key=b"\x00\x03\x00\x01g", value=b"\x00\x00")])  # a KIP-848 record
+        state = replay((r.key, r.value) for r in lg.iter_records())
+    assert {k.partition: v.offset for k, v in state.offsets.items()} == {0: 0, 1: 42}
+    assert state.offsets[key] == OffsetCommitValue(42, "m", 5)
+    assert state.groups == {} and state.skipped == 1
+    with pytest.raises(OffsetsDecodeError):
+        replay([(None, b"\x00\x01")])
