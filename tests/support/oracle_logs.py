@@ -13,11 +13,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
 
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
+from seglogfs.consumer_offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
+from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 from seglogfs.records import ProducerRecord
@@ -128,14 +131,21 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
     return logs
 
 
+#: (group, topic, partition) -> (offset, metadata): committed through the broker's coordinator, and
+#: written by seglogfs into the broker's ``__consumer_offsets-0`` while it was stopped
+BROKER_COMMITS = {("g-broker", "plain", 0): (7, "by the broker")}
+SEGLOGFS_COMMITS = {("g-seglogfs", "plain", 0): (11, "by seglogfs"), ("g-seglogfs", "txn", 0): (3, "")}
+
+
 @dataclass
 class AdoptedLogs:
-    """The seglogfs data dir, seglogfs' reading of each log, and where the broker's log was when it
-    started loading them."""
+    """The seglogfs data dir, seglogfs' reading of each log, where the broker's log was when it
+    started loading them, and its ``__consumer_offsets-0`` log dir."""
 
     data_dir: Path
     logs: dict[str, OracleLog]
     log_mark: int
+    offsets_dir: Path
 
 
 _KEEP = ("partition.metadata", "leader-epoch-checkpoint")
@@ -166,8 +176,48 @@ def adopt_oracle_logs(broker: KafkaBroker, data_dir: Path) -> AdoptedLogs:
     deadline = time.monotonic() + 30
     while not all(p.exists() for p in metadata) and time.monotonic() < deadline:
         time.sleep(0.05)
+    for (group, topic, partition), (offset, text) in BROKER_COMMITS.items():
+        commit_offset(broker.bootstrap, group, topic, partition, offset, text)
     broker.stop()
     _replace_files(broker, data_dir, list(TOPIC_CONFIGS))
+    offsets_dir = broker.data_dir / "__consumer_offsets-0"
+    # the group coordinator's records, as seglogd's would write them, after the broker's own
+    with Log.open(offsets_dir, LogConfig.from_mapping({"cleanup.policy": "compact"})) as lg:
+        now = int(time.time() * 1000)
+        for (group, topic, partition), (offset, text) in SEGLOGFS_COMMITS.items():
+            key = encode_key(OffsetCommitKey(group, topic, partition))
+            lg.append([ProducerRecord(key=key, value=encode_value(OffsetCommitValue(offset, text, now)))])
     mark = len(broker.log_text())
     broker.start()
-    return AdoptedLogs(data_dir, logs, mark)
+    return AdoptedLogs(data_dir, logs, mark, offsets_dir)
+
+
+def commit_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int, text: str) -> None:
+    """Commits ``offset`` with ``text`` as its metadata through the broker's group coordinator."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.commit({tp: OffsetAndMetadata(offset, text, -1)})
+    finally:
+        consumer.close()
+
+
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+    """(offset, metadata) the broker's group coordinator answers for the group (OffsetFetch)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        found = consumer.committed(TopicPartition(topic, partition), metadata=True)
+        return None if found is None else (found.offset, found.metadata)
+    finally:
+        consumer.close()
+
+
+#: what a broker logs when it finds fault with a log's files at load
+_COMPLAINTS = ("orrupt", "stray", "runcat", "Error", "ERROR", "invalid", "Invalid", "mismatch")
+
+
+def broker_complaints(broker: KafkaBroker, adopted: AdoptedLogs, log_name: str) -> list[str]:
+    """The broker's log lines since it loaded the adopted logs that find fault with ``log_name``."""
+    lines = broker.log_text()[adopted.log_mark :].splitlines()
+    return [line for line in lines if log_name in line and any(c in line for c in _COMPLAINTS)]
