@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -146,6 +147,11 @@ def random_uuid() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+#: util-linux's setpriv gives the JVM a parent-death signal (PR_SET_PDEATHSIG, kept across exec): a
+#: broker gets SIGKILL when the test process dies, however it dies
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+
+
 class KafkaBroker:
     """One Kafka broker in KRaft mode (node 1, broker and controller) in ``workdir``."""
 
@@ -206,8 +212,9 @@ class KafkaBroker:
         began = time.monotonic()
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 (kept open for the JVM's life)
         try:
+            java = _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config)
             self.proc = subprocess.Popen(
-                _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config),
+                _DIE_WITH_PARENT + java,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
