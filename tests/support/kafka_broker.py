@@ -82,8 +82,37 @@ def require_kafka() -> str:
     return classpath
 
 
-def _java(classpath: str, main: str, args: Sequence[str], log_config: Path) -> list[str]:
-    return ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log_config}", "-cp", classpath, main, *args]
+class _Archive:
+    """Class-data sharing for one kind of JVM ("tools" or "broker"): the first run dumps the classes
+    it loaded into a private file at exit (``ArchiveClassesAtExit``), which ``keep`` makes the
+    cached archive; later runs map it (``SharedArchiveFile``) and start in about half the time. A
+    stale or foreign archive is ignored by the JVM; ``-Xlog:disable`` keeps its warnings (and any
+    other JVM log line) off the tools' stdout, which the tests compare."""
+
+    def __init__(self, name: str) -> None:
+        self.final = CACHE / (kafka_version() or "none") / f"{name}.jsa"
+        self.writing: Path | None = None
+        if self.final.is_file():
+            self.options = [f"-XX:SharedArchiveFile={self.final}", "-Xlog:disable"]
+        else:
+            self.writing = self.final.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex}.jsa")
+            self.options = [f"-XX:ArchiveClassesAtExit={self.writing}", "-Xlog:disable"]
+
+    def keep(self) -> None:
+        """After the JVM exited: its archive becomes the cached one (unless another run's did)."""
+        if self.writing is None or not self.writing.exists():
+            return
+        if self.final.exists() or self.writing.stat().st_size == 0:
+            self.writing.unlink()
+        else:
+            os.replace(self.writing, self.final)
+
+
+def _java(classpath: str, main: str, args: Sequence[str], log_config: Path, archive: _Archive) -> list[str]:
+    return [
+        "java", *JVM_OPTIONS, *archive.options, f"-Dlog4j2.configurationFile={log_config}",
+        "-cp", classpath, main, *args,
+    ]  # fmt: skip
 
 
 def _quiet_log_config() -> Path:
@@ -95,8 +124,12 @@ def _quiet_log_config() -> Path:
 
 def run_kafka_tool(main: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Runs one of Kafka's command-line classes; stdout and stderr captured as text."""
-    cmd = _java(require_kafka(), main, args, _quiet_log_config())
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    archive = _Archive("tools")
+    cmd = _java(require_kafka(), main, args, _quiet_log_config(), archive)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        archive.keep()
 
 
 def dump_log_segments(files: Sequence[Path], *options: str) -> subprocess.CompletedProcess[str]:
@@ -107,23 +140,25 @@ def dump_log_segments(files: Sequence[Path], *options: str) -> subprocess.Comple
 def dump_log_segments_many(runs: Sequence[tuple[Sequence[Path], Sequence[str]]]) -> list[tuple[str, str]]:
     """Several DumpLogSegments runs at once (one JVM each, started together): (stdout, stderr) of each."""
     classpath, log_config = require_kafka(), _quiet_log_config()
+    archives = [_Archive("tools") for _ in runs]
     procs = [
         subprocess.Popen(
-            _java(classpath, DUMP_LOG_SEGMENTS, ["--files", ",".join(map(str, f)), *o], log_config),
+            _java(classpath, DUMP_LOG_SEGMENTS, ["--files", ",".join(map(str, f)), *o], log_config, a),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for f, o in runs
+        for (f, o), a in zip(runs, archives, strict=True)
     ]
     out = []
-    for proc in procs:
+    for proc, archive in zip(procs, archives, strict=True):
         try:
             stdout, stderr = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            archive.keep()
         out.append((stdout, stderr))
     return out
 
@@ -162,6 +197,7 @@ class KafkaBroker:
         self.log_file = workdir / "server.log"
         self.port, self.controller_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
+        self._archive: _Archive | None = None
         self.start_seconds = 0.0
         settings: dict[str, object] = {
             "process.roles": "broker,controller",
@@ -196,13 +232,18 @@ class KafkaBroker:
     def format(self) -> None:
         """Formats the data dir with Kafka's StorageTool (a new cluster id)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        archive = _Archive("tools")
         cmd = _java(
             self.classpath,
             "kafka.tools.StorageTool",
             ["format", "-t", random_uuid(), "-c", str(self.properties)],
             self.log_config,
+            archive,
         )
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        finally:
+            archive.keep()
         assert done.returncode == 0, f"kafka-storage format failed: {done.stdout}{done.stderr}"
 
     def start(self) -> None:
@@ -212,7 +253,8 @@ class KafkaBroker:
         began = time.monotonic()
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 (kept open for the JVM's life)
         try:
-            java = _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config)
+            self._archive = archive = _Archive("broker")
+            java = _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config, archive)
             self.proc = subprocess.Popen(
                 _DIE_WITH_PARENT + java,
                 stdout=out,
@@ -245,15 +287,19 @@ class KafkaBroker:
     def stop(self) -> None:
         """Clean shutdown (SIGTERM); SIGKILL after a grace. Idempotent."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        archive, self._archive = self._archive, None
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if archive is not None:
+            archive.keep()
 
     def restart(self) -> None:
         self.stop()
