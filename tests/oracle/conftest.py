@@ -33,3 +33,16 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 def adopted_logs(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> AdoptedLogs:
     """The logs of tests/support/oracle_logs.py, written by seglogfs, loaded by the broker."""
     return adopt_oracle_logs(kafka_broker, tmp_path_factory.mktemp("seglogfs"))
+
+
+#: what the client-side oracle tests point their Kafka clients at: the real broker; seglogd's Kafka
+#: listener is meant to join as a second endpoint, so each such test runs against both
+KAFKA_ENDPOINTS = ("broker",)
+
+
+@pytest.fixture(params=KAFKA_ENDPOINTS)
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """The bootstrap address of one Kafka endpoint."""
+    if request.param == "broker":
+        return request.getfixturevalue("kafka_broker").bootstrap
+    raise ValueError(f"unknown Kafka endpoint {request.param}")

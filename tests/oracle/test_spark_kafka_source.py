@@ -1,6 +1,6 @@
 """Spark's own ``format("kafka")`` source (spark-sql-kafka-0-10 from the oracle's cache) against a
-real Kafka broker: it reads every record as the Kafka client that produced it sees it (the bootstrap
-address is that test's only tie to the broker, so it can be pointed at seglogd's listener), and a
+real Kafka broker: it reads every record as the Kafka client that produced it sees it (that test
+takes the ``kafka_bootstrap`` endpoint, so seglogd's listener can join it), and a
 query over the logs seglogfs wrote gives the same rows through the broker as ``format("seglog")``
 gives on the data dir."""
 
@@ -46,20 +46,20 @@ def produce(bootstrap: str) -> list[tuple]:
         consumer.close()
 
 
-def test_spark_format_kafka_reads_what_a_kafka_consumer_reads(spark, kafka_broker: KafkaBroker) -> None:
+def test_spark_format_kafka_reads_what_a_kafka_consumer_reads(spark, kafka_bootstrap: str) -> None:
     if spark_kafka_classpath() is None:
         pytest.skip("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:
         admin.create_topics([NewTopic(TOPIC, 2, 1)])
     finally:
         admin.close()
-    expected = produce(kafka_broker.bootstrap)
+    expected = produce(kafka_bootstrap)
     df = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
         .option("subscribe", TOPIC)
         .option("includeHeaders", "true")
         .load()
