@@ -103,12 +103,20 @@ def test_dumps_of_broker_written_logs_match_kafka_dump_log(testdata: Path) -> No
 
 
 def test_dumps_of_seglogfs_written_logs_match_kafka_dump_log(seglogfs_data: Path) -> None:
-    """Rolled (plain, gzip), compacted by seglogfs' cleaner, transactional with its .txnindex and
+    """Rolled, compressed with each codec (Kafka decompresses seglogfs' gzip, xerial snappy, lz4
+    frames and zstd), compacted by seglogfs' cleaner, transactional with its .txnindex and
     producer snapshots: every file as Kafka prints it."""
     files = segment_files(sorted(p for p in seglogfs_data.iterdir() if p.is_dir()))
     suffixes = {p.suffix for p in files}
     assert {".log", ".index", ".timeindex", ".txnindex", ".snapshot"} <= suffixes
-    assert_same_dumps([(files, ["--print-data-log"]), (files, ["--verify-index-only"])])
+    assert_same_dumps(
+        [
+            (files, []),
+            (files, ["--print-data-log"]),
+            (files, ["--verify-index-only"]),
+            (files, ["--index-sanity-check"]),
+        ]
+    )
 
 
 def test_offsets_decoder_matches_kafka_on_broker_written_consumer_offsets(tmp_path: Path) -> None:

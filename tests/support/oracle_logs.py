@@ -1,6 +1,6 @@
-"""A data dir written by seglogfs for the Kafka oracle: a rolled log with keys, headers and a gzip
-topic, a compacted log cleaned by seglogfs' cleaner, and a transactional log (commits, aborts, an
-open transaction's absence) that seglogfs opened, indexed, cleaned and appended to.
+"""A data dir written by seglogfs for the Kafka oracle: a rolled log with keys and headers, a log per
+codec (gzip, snappy, lz4, zstd), a compacted log cleaned by seglogfs' cleaner, and a transactional
+log (commits, aborts) that seglogfs opened, indexed, cleaned and appended to.
 
 ``write_oracle_logs`` returns, per log, what seglogfs itself reads from it: the records a Kafka
 consumer must see through a broker that loaded the same files.
@@ -28,9 +28,10 @@ from support.kafka_broker import KafkaBroker
 from support.transactions import Scenario
 
 #: Kafka topic configs the broker gets for each log (the same the seglogfs log was written with)
+_CODECS = ("gzip", "snappy", "lz4", "zstd")
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "plain": {"retention.ms": "-1", "segment.bytes": "1048576"},
-    "zipped": {"retention.ms": "-1", "compression.type": "gzip"},
+    **{codec: {"retention.ms": "-1", "compression.type": codec} for codec in _CODECS},
     "compacted": {"cleanup.policy": "compact", "retention.ms": "-1"},
     "txn": {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
@@ -70,7 +71,8 @@ def _rows(lg, isolation) -> list[Row]:
 
 
 def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
-    """Writes plain-0, zipped-0, compacted-0 and txn-0 into ``data_dir`` with seglogfs' engine."""
+    """Writes plain-0, gzip-0, snappy-0, lz4-0, zstd-0 (each compressed with its codec),
+    compacted-0 and txn-0 into ``data_dir`` with seglogfs' engine."""
     # Recent timestamps: a broker's default retention must not delete what it loads.
     clock = _Clock(int(time.time() * 1000) - 60_000)
     txn_dir = data_dir / "txn-0"
@@ -95,7 +97,7 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
         .write(txn_dir)
     )
     configs = {
-        "zipped-0": LogConfig.from_mapping({"compression.type": "gzip"}),
+        **{f"{c}-0": LogConfig.from_mapping({"compression.type": c}) for c in _CODECS},
         "compacted-0": LogConfig.from_mapping(_COMPACT),
         "txn-0": LogConfig.from_mapping(_COMPACT),
     }
@@ -108,9 +110,10 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
             headers = [("n", b"%d" % n), ("empty", None)] if n % 3 == 0 else []
             plain.append([ProducerRecord(key=b"k%d" % (n % 5), value=b"value %d" % n, headers=headers)])
         plain.append([ProducerRecord(value=b"no key %d" % n) for n in range(5)])
-        zipped = manager.create_log("zipped-0")
-        for n in range(3):
-            zipped.append([ProducerRecord(key=b"z%d" % i, value=b"zip %d" % i * 9) for i in range(n * 9 + 1)])
+        for codec in _CODECS:
+            lg = manager.create_log(f"{codec}-0")
+            for n in range(3):
+                lg.append([ProducerRecord(key=b"z%d" % i, value=b"%d " % i * 9) for i in range(n * 9 + 1)])
         compacted = manager.create_log("compacted-0")
         for n in range(60):
             clock.ms += 5
@@ -124,7 +127,7 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
         txn.append([ProducerRecord(key=b"a", value=b"5")])
         txn.append([ProducerRecord(key=b"after", value=b"clean")])
         logs = {}
-        for name in ("plain-0", "zipped-0", "compacted-0", "txn-0"):
+        for name in [f"{topic}-0" for topic in TOPIC_CONFIGS]:
             lg = manager.get(name)
             rows, committed = _rows(lg, READ_UNCOMMITTED), _rows(lg, READ_COMMITTED)
             logs[name] = OracleLog(name, rows, committed, lg.end_offset)
