@@ -29,11 +29,13 @@ from support.transactions import Scenario
 
 #: Kafka topic configs the broker gets for each log (the same the seglogfs log was written with)
 _CODECS = ("gzip", "snappy", "lz4", "zstd")
+#: index.interval.bytes as the logs were written: a broker that rebuilds their indexes uses it
+_BROKER = {"retention.ms": "-1", "index.interval.bytes": "100"}
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
-    "plain": {"retention.ms": "-1", "segment.bytes": "1048576"},
-    **{codec: {"retention.ms": "-1", "compression.type": codec} for codec in _CODECS},
-    "compacted": {"cleanup.policy": "compact", "retention.ms": "-1"},
-    "txn": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    "plain": _BROKER,
+    **{codec: {**_BROKER, "compression.type": codec} for codec in _CODECS},
+    "compacted": {**_BROKER, "cleanup.policy": "compact"},
+    "txn": {**_BROKER, "cleanup.policy": "compact"},
 }
 _SMALL_SEGMENTS = {"segment.bytes": 600, "index.interval.bytes": 100, "segment.index.bytes": 1200}
 _COMPACT = {
@@ -97,7 +99,7 @@ def write_oracle_logs(data_dir: Path) -> dict[str, OracleLog]:
         .write(txn_dir)
     )
     configs = {
-        **{f"{c}-0": LogConfig.from_mapping({"compression.type": c}) for c in _CODECS},
+        **{f"{c}-0": LogConfig.from_mapping({**_SMALL_SEGMENTS, "compression.type": c}) for c in _CODECS},
         "compacted-0": LogConfig.from_mapping(_COMPACT),
         "txn-0": LogConfig.from_mapping(_COMPACT),
     }
@@ -224,3 +226,20 @@ def broker_complaints(broker: KafkaBroker, adopted: AdoptedLogs, log_name: str) 
     """The broker's log lines since it loaded the adopted logs that find fault with ``log_name``."""
     lines = broker.log_text()[adopted.log_mark :].splitlines()
     return [line for line in lines if log_name in line and any(c in line for c in _COMPLAINTS)]
+
+
+def restart_unclean(broker: KafkaBroker, topics: list[str]) -> None:
+    """Stops the broker and starts it as after a crash that lost every flush of ``topics``: no
+    clean-shutdown marker, their recovery points 0 and no producer snapshot (Kafka takes the latest
+    snapshot's offset as flushed too). It then recovers each of their segments: checks every batch,
+    truncates at the first bad one, rebuilds the indexes, the .txnindex and the producer state."""
+    broker.stop()
+    (broker.data_dir / ".kafka_cleanshutdown").unlink()
+    for topic in topics:
+        for snapshot in (broker.data_dir / f"{topic}-0").glob("*.snapshot"):
+            snapshot.unlink()
+    checkpoint = broker.data_dir / "recovery-point-offset-checkpoint"
+    version, _count, *entries = checkpoint.read_text().splitlines()
+    kept = [e for e in entries if e.split(" ")[0] not in topics] + [f"{t} 0 0" for t in topics]
+    checkpoint.write_text("\n".join([version, str(len(kept)), *kept]) + "\n")
+    broker.start()
