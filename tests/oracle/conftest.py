@@ -20,6 +20,9 @@ import pytest
 from support.kafka_broker import KafkaBroker, require_kafka, running_broker
 from support.oracle_logs import AdoptedLogs, adopt_oracle_logs
 
+# before a test module imports it: its asserts get pytest's explanations
+pytest.register_assert_rewrite("support.dump_compare")
+
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:

@@ -5,35 +5,11 @@ How the broker comes to hold them: the ``adopted_logs`` fixture (tests/oracle/co
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from support.kafka_broker import KafkaBroker
-from support.oracle_logs import TOPIC_CONFIGS, AdoptedLogs, Row, broker_complaints, restart_unclean
+from support.oracle_logs import TOPIC_CONFIGS, AdoptedLogs, broker_complaints, consume, restart_unclean
 
 pytestmark = pytest.mark.oracle
-
-
-def consume(bootstrap: str, topics: list[str], isolation: str) -> dict[str, tuple[list[Row], int]]:
-    """Every record of each topic's partition 0 from its start to the end the broker reports for the
-    isolation level (the high watermark, or the last stable offset for read_committed), and that end."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False, group_id=None
-    )
-    try:
-        tps = [TopicPartition(t, 0) for t in topics]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        rows: dict[TopicPartition, list[Row]] = {tp: [] for tp in tps}
-        deadline = time.monotonic() + 30
-        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for tp, messages in consumer.poll(timeout_ms=500).items():
-                rows[tp] += [(m.offset, m.timestamp, m.key, m.value, tuple(m.headers)) for m in messages]
-        return {tp.topic: (rows[tp], ends[tp]) for tp in tps}
-    finally:
-        consumer.close()
 
 
 def test_a_broker_loads_seglogfs_logs_and_consumers_read_what_seglogfs_reads(

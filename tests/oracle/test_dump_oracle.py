@@ -9,68 +9,20 @@ Files left out, as docs/oracle.md says: the text checkpoints, which Kafka does n
 
 from __future__ import annotations
 
-import io
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from support.kafka_broker import dump_log_segments_many, require_kafka
+from support.dump_compare import assert_same_dumps, segment_files
+from support.kafka_broker import require_kafka
 from support.offsets_records import write_offsets_log
 from support.oracle_logs import write_oracle_logs
 from support.testdata import KAFKA_LOG_DIR
-
-from seglogfs.dump import DumpOptions, dump_files
 
 pytestmark = pytest.mark.oracle
 
 #: the non-empty broker-written logs, and one empty one
 TESTDATA_LOGS = ("__consumer_offsets-15", "__cluster_metadata-0", "demo-topic-0")
-_OPTION_FIELDS = {
-    "--print-data-log": "print_data_log",
-    "--deep-iteration": "deep_iteration",
-    "--verify-index-only": "verify_index_only",
-    "--index-sanity-check": "index_sanity_check",
-    "--cluster-metadata-decoder": "cluster_metadata_decoder",
-    "--offsets-decoder": "offsets_decoder",
-    "--skip-record-metadata": "skip_record_metadata",
-}
-
-
-def segment_files(log_dirs: Sequence[Path]) -> list[Path]:
-    """Every segment-named file (.log, .index, .timeindex, .txnindex, .snapshot) of the dirs."""
-    return [p for d in log_dirs for p in sorted(d.iterdir()) if p.name[:1].isdigit()]
-
-
-def seglogfs_dump(files: Sequence[Path], options: Sequence[str]) -> tuple[str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    dump_files([str(f) for f in files], DumpOptions(**{_OPTION_FIELDS[o]: True for o in options}), out, err)
-    return out.getvalue(), err.getvalue()
-
-
-def problem_blocks(stderr: str) -> set[str]:
-    """stderr as its reports: a line and the indented lines under it."""
-    blocks: list[str] = []
-    for line in stderr.splitlines():
-        if line.startswith(" ") and blocks:
-            blocks[-1] += "\n" + line
-        else:
-            blocks.append(line)
-    return set(blocks)
-
-
-def assert_same_dumps(runs: Sequence[tuple[Sequence[Path], Sequence[str]]]) -> None:
-    """Each run's Kafka output equals seglogfs' (stdout line for line, stderr as a set of reports)."""
-    for (files, options), (k_out, k_err) in zip(runs, dump_log_segments_many(runs), strict=True):
-        assert "Exception" not in k_err, k_err
-        s_out, s_err = seglogfs_dump(files, options)
-        k_lines, s_lines = k_out.splitlines(), s_out.splitlines()
-        for n, (k, s) in enumerate(zip(k_lines, s_lines, strict=False)):
-            assert s == k, f"{' '.join(options) or 'no options'}: line {n + 1} differs"
-        assert len(s_lines) == len(k_lines), options
-        assert problem_blocks(s_err) == problem_blocks(k_err), options
-
-
 @pytest.fixture(scope="module")
 def testdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_kafka()

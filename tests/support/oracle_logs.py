@@ -243,3 +243,24 @@ def restart_unclean(broker: KafkaBroker, topics: list[str]) -> None:
     kept = [e for e in entries if e.split(" ")[0] not in topics] + [f"{t} 0 0" for t in topics]
     checkpoint.write_text("\n".join([version, str(len(kept)), *kept]) + "\n")
     broker.start()
+
+
+def consume(bootstrap: str, topics: list[str], isolation: str) -> dict[str, tuple[list[Row], int]]:
+    """Every record of each topic's partition 0 from its start to the end the broker reports for the
+    isolation level (the high watermark, or the last stable offset for read_committed), and that end."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False, group_id=None
+    )
+    try:
+        tps = [TopicPartition(t, 0) for t in topics]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        rows: dict[TopicPartition, list[Row]] = {tp: [] for tp in tps}
+        deadline = time.monotonic() + 30
+        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+            for tp, messages in consumer.poll(timeout_ms=500).items():
+                rows[tp] += [(m.offset, m.timestamp, m.key, m.value, tuple(m.headers)) for m in messages]
+        return {tp.topic: (rows[tp], ends[tp]) for tp in tps}
+    finally:
+        consumer.close()
