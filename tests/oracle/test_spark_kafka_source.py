@@ -16,6 +16,10 @@ from support.oracle_logs import TOPIC_CONFIGS, AdoptedLogs
 pytest_plugins = ["support.spark_fixtures"]
 pytestmark = [pytest.mark.oracle, pytest.mark.spark]
 TOPIC = "spark-source"
+if spark_kafka_classpath() is None:  # before any SparkSession or broker is started for nothing
+    pytest.skip(
+        "no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh", allow_module_level=True
+    )
 
 
 def produce(bootstrap: str) -> list[tuple]:
@@ -47,8 +51,6 @@ def produce(bootstrap: str) -> list[tuple]:
 
 
 def test_spark_format_kafka_reads_what_a_kafka_consumer_reads(spark, kafka_bootstrap: str) -> None:
-    if spark_kafka_classpath() is None:
-        pytest.skip("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
@@ -89,8 +91,6 @@ def test_one_word_moves_a_query_between_kafka_and_seglog(
 ) -> None:
     """The same read_committed query over the logs seglogfs wrote: format("kafka") through the broker
     that loaded them, format("seglog") on seglogfs' data dir. Every column of every row is the same."""
-    if spark_kafka_classpath() is None:
-        pytest.skip("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
     rows = {}
     for fmt in ("kafka", "seglog"):
         reader = (
