@@ -50,6 +50,10 @@ def test_dumps_of_broker_written_logs_match_kafka_dump_log(testdata: Path) -> No
             (files, ["--print-data-log"]),
             (files, ["--index-sanity-check"]),
             (logs, ["--cluster-metadata-decoder"]),
+            (logs, ["--max-bytes", "5000", "--deep-iteration"]),
+            (logs, ["--max-message-size", "100", "--deep-iteration"]),
+            (files, ["--print-data-log", "--skip-record-metadata"]),
+            (files, ["--deep-iteration", "--verify-index-only"]),
         ]
     )
 

@@ -26,9 +26,21 @@ def segment_files(log_dirs: Sequence[Path]) -> list[Path]:
     return [p for d in log_dirs for p in sorted(d.iterdir()) if p.name[:1].isdigit()]
 
 
+_VALUE_OPTIONS = {"--max-bytes": "max_bytes", "--max-message-size": "max_message_size"}
+
+
 def seglogfs_dump(files: Sequence[Path], options: Sequence[str]) -> tuple[str, str]:
+    """``seglogfs dump`` in this process with kafka-dump-log.sh's options (flags, ``--max-bytes N``,
+    ``--max-message-size N``)."""
+    settings: dict[str, bool | int] = {}
+    words = iter(options)
+    for word in words:
+        if word in _VALUE_OPTIONS:
+            settings[_VALUE_OPTIONS[word]] = int(next(words))
+        else:
+            settings[_OPTION_FIELDS[word]] = True
     out, err = io.StringIO(), io.StringIO()
-    dump_files([str(f) for f in files], DumpOptions(**{_OPTION_FIELDS[o]: True for o in options}), out, err)
+    dump_files([str(f) for f in files], DumpOptions(**settings), out, err)  # type: ignore[arg-type]
     return out.getvalue(), err.getvalue()
 
 
