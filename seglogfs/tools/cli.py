@@ -40,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print __cluster_metadata records as their JSON (implies --print-data-log)",
     )
+    dump.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="print __consumer_offsets records as their JSON (implies --print-data-log)",
+    )
 
     verify = sub.add_parser(
         "verify",
@@ -74,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dump":
             options = DumpOptions(
                 cluster_metadata_decoder=args.cluster_metadata_decoder,
+                offsets_decoder=args.offsets_decoder,
                 print_data_log=args.print_data_log,
                 deep_iteration=args.deep_iteration,
                 verify_index_only=args.verify_index_only,

@@ -20,7 +20,15 @@ cluster-metadata decoder (``DumpOptions.cluster_metadata_decoder``, kafka-dump-l
 its metadata record as JSON (``seglogfs/tools/metadata_records.py``); a value that does not decode prints
 Kafka's ``Error at <offset>, skipping. <why>`` in its place.
 
-Not supported: the key/value decoder classes and the offsets / transaction-log /
+With the offsets decoder (``DumpOptions.offsets_decoder``, ``--offsets-decoder``; it implies
+``--print-data-log`` too) a ``__consumer_offsets`` record prints its key and value as Kafka's JSON
+(``seglogfs/consumer_offsets.py``): committed offsets and classic group metadata, a ``consumer``
+group's subscriptions and assignments decoded, ``<DELETE>`` for a tombstone, Kafka's error text for
+a record that does not decode. Where we differ: a KIP-848 group record (key version 3 and up), which
+Kafka decodes, prints ``Unknown record type N at offset O, skipping.`` (Kafka's line for a type it
+does not know), and a record without a key prints an error line where Kafka's dump stops.
+
+Not supported: the key/value decoder classes and the transaction-log /
 remote-log-metadata / share-group-state decoders (``--print-data-log`` otherwise decodes as UTF-8
 text, Kafka's default StringDecoder).
 """
@@ -35,6 +43,7 @@ from pathlib import Path
 from typing import TextIO
 
 from seglogfs.checkpoint import CorruptCheckpointError
+from seglogfs.consumer_offsets import offsets_json
 from seglogfs.errors import CorruptIndexError, CorruptRecordError
 from seglogfs.index import OffsetIndex, TimeIndex
 from seglogfs.log_files import (
@@ -104,11 +113,12 @@ class DumpOptions:
     max_bytes: int = INT_MAX
     skip_record_metadata: bool = False
     cluster_metadata_decoder: bool = False
+    offsets_decoder: bool = False
 
     @property
     def prints_data(self) -> bool:
         # Kafka: every decoder option implies --print-data-log
-        return self.print_data_log or self.cluster_metadata_decoder
+        return self.print_data_log or self.cluster_metadata_decoder or self.offsets_decoder
 
     @property
     def is_deep(self) -> bool:
@@ -207,7 +217,7 @@ def _metadata_payload(record: DecodedRecord) -> str:
     try:
         return to_json(decode_metadata_record(record.value))
     except MetadataDecodeError as exc:
-        return f"Error at {record.offset}, skipping. {exc}"
+        return f"Error at {record.offset}, skipping. {exc.kafka_message or exc}"
 
 
 def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions) -> str:
@@ -233,6 +243,11 @@ def record_line(header: BatchHeader, record: DecodedRecord, options: DumpOptions
     if options.prints_data and not header.is_control:
         if options.cluster_metadata_decoder:
             parts.append(f" payload: {_metadata_payload(record)}")  # metadata records have no key
+        elif options.offsets_decoder:
+            key_text, payload = offsets_json(record.offset, record.key, record.value)
+            parts.append(f"{prefix}key: {key_text}")
+            if payload is not None:
+                parts.append(f" payload: {payload}")
         else:
             if record.key is not None:
                 parts.append(f"{prefix}key: {_text(record.key)}")

@@ -54,7 +54,14 @@ _ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 class MetadataDecodeError(ValueError):
-    """A record value that is not a well-formed message of its schema (the text says where)."""
+    """A record value that is not a well-formed message of its schema (the text says where).
+
+    ``kafka_message`` is what Kafka's MetadataRecordSerde says of the same value (what
+    kafka-dump-log.sh prints), or None where Kafka would decode it anyway."""
+
+    def __init__(self, message: str, kafka_message: str | None = None) -> None:
+        super().__init__(message)
+        self.kafka_message = kafka_message
 
 
 @dataclass(frozen=True)
@@ -323,29 +330,56 @@ def _message(schema: Schema, data: bytes, version: int, what: str) -> tuple[dict
     return _struct(reader, schema.fields, version), reader.pos
 
 
+def _header_field(head: _Reader, name: str, kafka_name: str) -> int:
+    try:
+        return head.uvarint(name)
+    except MetadataDecodeError as exc:
+        raise MetadataDecodeError(str(exc), f"Error while reading {kafka_name}") from None
+
+
 def decode_metadata_record(value: bytes | None) -> dict[str, Any]:
     """``{"type", "version", "data"}`` of one ``__cluster_metadata`` record value."""
     if value is None:
-        raise MetadataDecodeError("the record has no value")
+        raise MetadataDecodeError("the record has no value", "Error while reading frame version")
     head = _Reader(value, "metadata record header")
-    frame = head.uvarint("frame version")
+    frame = _header_field(head, "frame version", "frame version")
+    if frame == 0:
+        raise MetadataDecodeError(
+            "frame version 0 (KRaft's 2.8 preview)",
+            "Could not deserialize metadata record with frame version 0. Note that upgrades from the "
+            "preview release of KRaft in 2.8 to newer versions are not supported.",
+        )
     if frame != FRAME_VERSION:
-        raise MetadataDecodeError(f"unknown frame version {frame} (only {FRAME_VERSION} is known)")
-    api_key = head.uvarint("api key")
-    version = head.uvarint("record version")
+        raise MetadataDecodeError(
+            f"unknown frame version {frame} (only {FRAME_VERSION} is known)",
+            # sic: no space before the parenthesis in Kafka's message
+            f"Could not deserialize metadata record due to unknown frame version {frame}"
+            f"(only frame version {FRAME_VERSION} is supported)",
+        )
+    api_key = _header_field(head, "api key", "type")
+    version = _header_field(head, "record version", "version")
     schema = METADATA_SCHEMAS.get(api_key)
     if schema is None:
-        raise MetadataDecodeError(f"unknown metadata record type: api key {api_key}, version {version}")
+        raise MetadataDecodeError(
+            f"unknown metadata record type: api key {api_key}, version {version}",
+            f"org.apache.kafka.common.errors.UnsupportedVersionException: Unknown metadata id {api_key}",
+        )
     if version > schema.max_version:
+        # (differs) Kafka reads a newer version with the fields it knows; we refuse to guess
         raise MetadataDecodeError(
             f"unknown version {version} of {schema.type_name} (api key {api_key}; "
             f"known versions 0-{schema.max_version})"
         )
     what = f"{schema.type_name} v{version}"
-    data, used = _message(schema, value[head.pos :], version, what)
+    try:
+        data, used = _message(schema, value[head.pos :], version, what)
+    except MetadataDecodeError as exc:
+        raise MetadataDecodeError(str(exc), f"Failed to deserialize record with type {api_key}") from None
     left = len(value) - head.pos - used
     if left:
-        raise MetadataDecodeError(f"{left} bytes of garbage after {what}")
+        raise MetadataDecodeError(
+            f"{left} bytes of garbage after {what}", f"Found {left} byte(s) of garbage after {api_key}"
+        )
     return {"type": schema.type_name, "version": version, "data": data}
 
 

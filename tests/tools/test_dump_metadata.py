@@ -24,7 +24,7 @@ from support.producer_batches import control_batch
 from support.testdata import KAFKA_LOG_DIR
 
 from seglogfs.tools.dump import DumpOptions, dump_files
-from seglogfs.tools.metadata_records import to_json
+from seglogfs.tools.metadata_records import MetadataDecodeError, decode_metadata_record, to_json
 
 SEG = "00000000000000000000"
 RECORD_LINE = re.compile(r"^\| offset: (\d+) ")
@@ -261,24 +261,26 @@ def test_kraft_version_and_voters_control_records(tmp_path):
     }]}  # fmt: skip
 
 
+#: malformed values and what kafka-dump-log.sh (Kafka 4.1.1) prints for each, except where marked
 MALFORMED = [
-    (b"\x01\x80", "api key: varint runs past the end"),
-    (framed(2, 0, cstr("a-topic-name")[:5]), "TOPIC_RECORD v0: Name needs 12 bytes, only 4 left"),
-    (framed(2, 0, uvarint(1000) + b"x" * 20), "Name needs 999 bytes, only 20 left"),
-    (framed(99, 4, b""), "unknown metadata record type: api key 99, version 4"),
-    (
+    (b"\x01\x80", "Error while reading type"),
+    (framed(2, 0, cstr("a-topic-name")[:5]), "Failed to deserialize record with type 2"),
+    (framed(2, 0, uvarint(1000) + b"x" * 20), "Failed to deserialize record with type 2"),
+    (framed(99, 4, b""), "UnsupportedVersionException: Unknown metadata id 99"),
+    (  # (differs) Kafka decodes a newer version with the fields it knows
         framed(12, 7, cstr("x") + b"\x00\x01" + tags()),
         "unknown version 7 of FEATURE_LEVEL_RECORD (api key 12",
     ),
     (
         framed(12, 0, cstr("x") + b"\x00\x01" + tags() + b"zz"),
-        "2 bytes of garbage after FEATURE_LEVEL_RECORD v0",
+        "Found 2 byte(s) of garbage after 12",
     ),
-    (framed(2, 0, cstr(None) + UUID + tags()), "Name is null but the field is not nullable"),
-    (framed(3, 2, struct.pack(">i", 0) + UUID + uvarint(10**6)), "Replicas: array of 999999 elements"),
-    (framed(17, 0, b"\x00" * 12 + tags({0: b"\x01\x02"})), "1 bytes left over in tagged field Fenced"),
-    (b"\x00\x02\x00", "unknown frame version 0"),
-    (None, "the record has no value"),
+    (framed(2, 0, cstr(None) + UUID + tags()), "Failed to deserialize record with type 2"),
+    (framed(3, 2, struct.pack(">i", 0) + UUID + uvarint(10**6)), "Failed to deserialize record with type 3"),
+    # (differs) Kafka reads one byte of the two-byte tag, then says "Found 1 byte(s) of garbage after 17"
+    (framed(17, 0, b"\x00" * 12 + tags({0: b"\x01\x02"})), "Failed to deserialize record with type 17"),
+    (b"\x00\x02\x00", "with frame version 0. Note that upgrades from the preview release of KRaft"),
+    (None, "Error while reading frame version"),
 ]
 
 
@@ -293,6 +295,13 @@ def test_malformed_metadata_records_print_an_error_line_naming_the_offset(tmp_pa
         assert got[2 * i].startswith(f"Error at {2 * i}, skipping. "), got[2 * i]
         assert message in got[2 * i], (message, got[2 * i])
         assert got[2 * i + 1] == '{"type":"NO_OP_RECORD","version":0,"data":{}}'
+
+
+def test_the_decoding_error_keeps_the_field_and_byte_that_failed():
+    with pytest.raises(MetadataDecodeError) as failed:
+        decode_metadata_record(framed(2, 0, cstr("a-topic-name")[:5]))
+    assert failed.value.kafka_message == "Failed to deserialize record with type 2"
+    assert "TOPIC_RECORD v0: Name needs 12 bytes, only 4 left" in str(failed.value)
 
 
 def test_malformed_control_records_name_the_offset(tmp_path):
