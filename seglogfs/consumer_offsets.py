@@ -15,13 +15,10 @@ including the consumer protocol's subscription and assignment of a ``consumer`` 
 
 from __future__ import annotations
 
-import base64
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from .metadata_records import to_json
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
@@ -34,12 +31,14 @@ __all__ = [
     "OffsetCommitValue",
     "OffsetsDecodeError",
     "UnknownRecordTypeError",
+    "decode_consumer_protocol",
     "decode_key",
     "decode_value",
     "encode_key",
     "encode_value",
-    "offsets_json",
+    "key_fields",
     "replay",
+    "value_fields",
 ]
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -377,7 +376,8 @@ def encode_value(value: Value, version: int | None = None) -> bytes:
     return _encode(version, fields, values, version >= _FLEXIBLE_FROM)
 
 
-def _key_fields(data: bytes) -> tuple[int, dict[str, Any]]:
+def key_fields(data: bytes) -> tuple[int, dict[str, Any]]:
+    """(key version, its fields by Kafka's names); UnknownRecordTypeError for other types."""
     version = _version(data, "key")
     if version in (0, 1):
         fields = _OFFSET_COMMIT_KEY
@@ -390,13 +390,14 @@ def _key_fields(data: bytes) -> tuple[int, dict[str, Any]]:
 
 def decode_key(data: bytes) -> Key:
     """An ``OffsetCommitKey`` or ``GroupMetadataKey``; UnknownRecordTypeError for other types."""
-    version, d = _key_fields(data)
+    version, d = key_fields(data)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(d["group"])
     return OffsetCommitKey(d["group"], d["topic"], d["partition"])
 
 
-def _value_fields(key_version: int, data: bytes) -> tuple[int, dict[str, Any]]:
+def value_fields(key_version: int, data: bytes) -> tuple[int, dict[str, Any]]:
+    """(value version, its fields by Kafka's names) of a value whose key has ``key_version``."""
     version = _version(data, "value")
     if not 0 <= version <= _MAX_VALUE_VERSION:
         raise OffsetsDecodeError(f"Found an unknown record version {version} for {key_version} type")
@@ -411,7 +412,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
     key_version = (
         GROUP_METADATA_KEY_VERSION if isinstance(key, GroupMetadataKey) else OFFSET_COMMIT_KEY_VERSION
     )
-    _, d = _value_fields(key_version, data)
+    _, d = value_fields(key_version, data)
     if isinstance(key, OffsetCommitKey):
         return OffsetCommitValue(
             d["offset"],
@@ -477,61 +478,14 @@ def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> GroupState:
     return state
 
 
-# --------------------------------------------------------------------------- kafka-dump-log.sh's JSON
-
-
-def _jsonable(d: Any) -> Any:
-    """Kafka's JSON converters: bytes as base64, everything else as it is."""
-    if isinstance(d, bytes):
-        return base64.b64encode(d).decode()
-    if isinstance(d, dict):
-        return {k: _jsonable(v) for k, v in d.items()}
-    if isinstance(d, list):
-        return [_jsonable(v) for v in d]
-    return d
-
-
-def _consumer_protocol(data: bytes, fields: Sequence[_Field]) -> dict[str, Any] | None:
-    """A member's subscription or assignment decoded (version first), or None to keep the bytes.
-    Like Kafka, bytes after the message are not checked."""
+def decode_consumer_protocol(data: bytes, part: str) -> dict[str, Any] | None:
+    """A consumer group member's ``"subscription"`` or ``"assignment"`` decoded (version first), or
+    None when it is not one Kafka's consumer protocol knows. Like Kafka, bytes after it are not checked."""
     r = _Reader(data, "consumer protocol")
     try:
         version = r.int("int16", "version")
         if not 0 <= version <= _MAX_CONSUMER_PROTOCOL_VERSION:
             return None
-        return _read_struct(r, fields, version, False)
+        return _read_struct(r, _SUBSCRIPTION if part == "subscription" else _ASSIGNMENT, version, False)
     except OffsetsDecodeError:
         return None
-
-
-def _group_json(d: dict[str, Any]) -> dict[str, Any]:
-    if d.get("protocolType") == "consumer":
-        for member in d.get("members") or ():
-            for name, fields in (("subscription", _SUBSCRIPTION), ("assignment", _ASSIGNMENT)):
-                if isinstance(member.get(name), bytes):
-                    decoded = _consumer_protocol(member[name], fields)
-                    if decoded is not None:
-                        member[name] = decoded
-    return d
-
-
-def offsets_json(offset: int, key: bytes | None, value: bytes | None) -> tuple[str, str | None]:
-    """``--offsets-decoder``'s (key text, payload text or None) for one record, in Kafka's words:
-    ``{"type":"<key version>","data":{...}}`` and ``{"version":"<value version>","data":{...}}``,
-    ``<DELETE>`` for a tombstone; an unknown type or an undecodable record is one line of text in
-    the key's place and no payload."""
-    if key is None:
-        return f"Error at offset {offset}, skipping. the record has no key", None
-    try:
-        key_version, key_data = _key_fields(key)
-        key_text = to_json({"type": str(key_version), "data": key_data})
-        if value is None:
-            return key_text, "<DELETE>"
-        version, data = _value_fields(key_version, value)
-    except UnknownRecordTypeError as exc:
-        return f"Unknown record type {exc.record_type} at offset {offset}, skipping.", None
-    except OffsetsDecodeError as exc:
-        return f"Error at offset {offset}, skipping. {exc}", None
-    if key_version == GROUP_METADATA_KEY_VERSION:
-        data = _group_json(data)
-    return key_text, to_json({"version": str(version), "data": _jsonable(data)})

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import TextIO
 
 from seglogfs.checkpoint import CorruptCheckpointError
-from seglogfs.consumer_offsets import offsets_json
 from seglogfs.errors import CorruptIndexError, CorruptRecordError
 from seglogfs.index import OffsetIndex, TimeIndex
 from seglogfs.log_files import (
@@ -75,6 +74,7 @@ from seglogfs.tools.metadata_records import (
     decode_metadata_record,
     to_json,
 )
+from seglogfs.tools.offsets_json import offsets_json
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "INT_MAX", "DumpOptions", "dump_files"]
 

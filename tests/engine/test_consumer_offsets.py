@@ -26,12 +26,12 @@ from seglogfs.consumer_offsets import (
     decode_value,
     encode_key,
     encode_value,
-    offsets_json,
     replay,
 )
 from seglogfs.log import Log
 from seglogfs.records import ProducerRecord
 from seglogfs.tools.dump import DumpOptions, dump_files
+from seglogfs.tools.offsets_json import offsets_json
 
 SEGMENT = KAFKA_LOG_DIR / "__consumer_offsets-15" / "00000000000000000000.log"
 #: lines kafka-dump-log.sh --offsets-decoder (Kafka 4.1.1) printed for SEGMENT's records 1 and 2
