@@ -17,6 +17,8 @@ command -v mkfs.ext4 >/dev/null || need_apt+=(e2fsprogs)
 # Spark 4 needs Java 17 or newer.
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)
+# The Kafka listener's tests and bench/kafka.py drive it with kcat (librdkafka's command-line client).
+command -v kcat >/dev/null || need_apt+=(kcat)
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
 [ -x /bin/kill ] || need_apt+=(procps)
