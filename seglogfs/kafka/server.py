@@ -22,6 +22,10 @@ __all__ = ["KafkaListener"]
 
 log = logging.getLogger("seglogfs.kafka")
 _SIZE = struct.Struct(">i")
+#: requests read ahead of the one being answered, per connection (Kafka's clients keep at most 5 in
+#: flight by default); with the request size limit this bounds a connection's memory
+PIPELINE = 8
+READ_AHEAD_BYTES = 1 << 20  # past this size a request is read ahead alone
 
 
 class KafkaListener:
@@ -114,13 +118,45 @@ class KafkaListener:
             writer.close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer the connection's requests in order. Frames a client pipelines are read ahead (at most
+        :data:`PIPELINE` of them, one when it is over :data:`READ_AHEAD_BYTES`: a connection holds at
+        most about two requests' worth of memory) and the answers to those already waiting go out in
+        one write."""
+        frames: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=PIPELINE)
+        reading = asyncio.create_task(self._read_frames(reader, frames))
+        pending: list[bytes] = []
+        try:
+            while True:
+                item = await frames.get()
+                if isinstance(item, BaseException):
+                    if pending:
+                        writer.writelines(pending)
+                        await writer.drain()
+                    raise item
+                response = await self.broker.handle(item)
+                frames.task_done()
+                if response is not None:
+                    pending.append(response)
+                if pending and frames.empty():
+                    writer.writelines(pending)
+                    pending.clear()
+                    await writer.drain()  # a client that stops reading holds only its own connection
+        finally:
+            reading.cancel()
+
+    async def _read_frames(self, reader: asyncio.StreamReader, frames: asyncio.Queue) -> None:
         limit = self.config.max_request_bytes
-        while True:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            if size < 0 or size > limit:
-                raise FrameError(f"request of {size} bytes is larger than socket.request.max.bytes={limit}"
-                                 if size > limit else f"negative request size {size}")
-            response = await self.broker.handle(await reader.readexactly(size))
-            if response is not None:
-                writer.write(response)
-                await writer.drain()  # a client that stops reading holds only its own connection
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if size > limit:
+                    raise FrameError(f"request of {size} bytes is over socket.request.max.bytes={limit}")
+                if size < 0:
+                    raise FrameError(f"negative request size {size}")
+                await frames.put(await reader.readexactly(size))
+                if size > READ_AHEAD_BYTES:  # a large one: nothing more is read until it is answered
+                    await frames.join()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the end of the stream, or a frame error: after what came before
+            await frames.put(exc)
