@@ -368,7 +368,7 @@ class Daemon:
         old, manager = self.config, self.manager
         if manager is None or old is None:
             return False
-        for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access"):
+        for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access", "kafka"):
             if getattr(new, attr, None) != getattr(old, attr, None):
                 log.warning("config reload: %s changed; it takes effect at the next start", attr)
         _warn_cleaner_changes(old, new)
