@@ -48,7 +48,7 @@ def metadata(broker: Broker, request: Any, version: int) -> Any:
         )
 
     topics = []
-    if request.topics is None:
+    if request.topics is None or (version == 0 and not request.topics):  # v0: empty meant all
         for name, logs in sorted(broker.topics.all().items()):
             topics.append(topic_entry(name, ErrorCode.none, logs))
     else:

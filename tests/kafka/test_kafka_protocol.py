@@ -210,3 +210,11 @@ def test_max_connections(daemon: Seglogd) -> None:
 def test_verify_after_everything(daemon: Seglogd) -> None:
     result = sh(f"{Path(sys.executable).parent}/seglogfs verify {daemon.data_dir}")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_metadata_v0_empty_list_means_every_topic(daemon: Seglogd) -> None:
+    client = _client(daemon)
+    cls = load_request_schema(3, 0)
+    every = client.request(3, 0, make(cls, topics=()))
+    client.close()
+    assert "events" in {t.name for t in every.topics}
