@@ -2,7 +2,7 @@
 
 The ranges are those kio has schemas for, capped where a later version needs what the listener does
 not have: Produce and Fetch stop at 12 (13 names topics by id), ListOffsets at 6 (7 asks for the
-offset of the largest timestamp). No transaction or consumer-group API is announced.
+offset of the largest timestamp). No transaction API is announced.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ __all__ = ["API_VERSIONS", "SUPPORTED", "api_versions_response", "supports"]
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 18, 19, 21, 22, 32
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
+LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 13, 14, 15, 16
 
 #: api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -30,6 +32,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_CONFIGS: (1, 4),
+    # the classic consumer-group protocol
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 4),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
 }
 
 

@@ -32,11 +32,14 @@ from .delete_records import delete_records
 from .describe_configs import describe_configs
 from .fetch import fetch
 from .framing import FrameError, frame, parse_request_header, peek_api, response_header
+from .group_apis import CLIENT_ID, GROUP_HANDLERS
+from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIds, init_producer_id
 from .list_offsets import list_offsets
 from .listener_config import ListenerConfig
 from .messages import decode_request, encode, request_class
 from .metadata import metadata
+from .offsets_topic import OffsetStore
 from .produce import produce
 from .topics import Topics
 
@@ -56,6 +59,7 @@ _HANDLERS: dict[int, Handler] = {
     DELETE_RECORDS: delete_records,
     INIT_PRODUCER_ID: init_producer_id,
     DESCRIBE_CONFIGS: describe_configs,
+    **GROUP_HANDLERS,
 }
 assert set(_HANDLERS) == set(SUPPORTED)
 
@@ -74,6 +78,8 @@ class Broker:
         )
         self.waiters = waiters
         self.producer_ids = ProducerIds()
+        self.groups = GroupCoordinator()
+        self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
 
     def checkpoint(self) -> None:
@@ -100,6 +106,7 @@ class Broker:
             request = decode_request(cls, buf, header.body_at)
         except Exception as exc:  # kio raises what its parsers meet: any of them means malformed
             raise FrameError(f"malformed {cls.__name__} v{version}: {exc!r}") from None
+        CLIENT_ID.set(header.client_id or "")
         result = _HANDLERS[api_key](self, request, version)
         if inspect.isawaitable(result):
             result = await result

@@ -12,6 +12,7 @@ from seglogfs.errors import InvalidLogNameError
 from seglogfs.log_files import validate_topic
 
 from .messages import make, nested, response_class
+from .offsets_topic import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
@@ -43,7 +44,7 @@ def metadata(broker: Broker, request: Any, version: int) -> Any:
 
     def topic_entry(name: str, error: ErrorCode, logs: dict[int, Log]) -> Any:
         return make(
-            topic_cls, error_code=error, name=name, topic_id=_NO_TOPIC_ID, is_internal=False,
+            topic_cls, error_code=error, name=name, topic_id=_NO_TOPIC_ID, is_internal=name == OFFSETS_TOPIC,
             partitions=partitions(logs), topic_authorized_operations=-2147483648,
         )
 

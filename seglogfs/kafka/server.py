@@ -85,6 +85,7 @@ class KafkaListener:
             self._loop.close()
 
     async def _shutdown(self) -> None:
+        self.broker.groups.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):

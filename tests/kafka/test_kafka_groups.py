@@ -1,0 +1,92 @@
+"""The classic consumer-group protocol with confluent-kafka consumers: two members share a 4-partition
+topic, the group rebalances when one joins and when one leaves, commits are records of
+``__consumer_offsets-<n>`` in Kafka's format and survive a restart, and a new member resumes there."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from support.kafka_fixture import bootstrap, kafka_port, start_kafka_daemon
+from support.mount_fixture import fuse_required
+
+from seglogfs.kafka.offsets_topic import offsets_partition, parse_commit
+from seglogfs.log import Log
+
+pytestmark = fuse_required
+
+GROUP, TOPIC = "readers", "shared"
+
+
+def _consumer(server: str, name: str):
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": server, "group.id": GROUP, "client.id": name,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    consumer.subscribe([TOPIC])
+    return consumer
+
+
+def _until(consumers: list, done, timeout: float = 20) -> list:
+    """Poll every consumer until ``done()``; the messages they got."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the group did not get there in time"
+        for consumer in consumers:
+            msg = consumer.poll(0.05)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+    return got
+
+
+def _partitions(consumer) -> set[int]:
+    return {tp.partition for tp in consumer.assignment()}
+
+
+def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> None:
+    from confluent_kafka import Producer, TopicPartition
+
+    daemon = start_kafka_daemon(tmp_path, logs={f"{TOPIC}-{p}": {} for p in range(4)})
+    try:
+        server = bootstrap(daemon)
+        producer = Producer({"bootstrap.servers": server})
+        for i in range(400):
+            producer.produce(TOPIC, value=b"%d" % i, partition=i % 4)
+        producer.flush(10)
+
+        first = _consumer(server, "first")
+        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+        second = _consumer(server, "second")
+        _until([first, second], lambda: len(_partitions(first)) == 2 and len(_partitions(second)) == 2)
+        assert _partitions(first) | _partitions(second) == {0, 1, 2, 3}
+
+        mine = _partitions(second)
+        # the second member commits 30 records of each of its partitions as read
+        second.commit(offsets=[TopicPartition(TOPIC, p, 30) for p in mine], asynchronous=False)
+        second.close()  # LeaveGroup: the first member takes everything again
+        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+        first.close()
+
+        daemon.stop()
+        offsets_log = daemon.data_dir / f"__consumer_offsets-{offsets_partition(GROUP)}"
+        with Log.open(offsets_log, read_only=True) as stored:
+            commits = [parse_commit(r.key, r.value) for r in stored.iter_records()]
+        assert {(where, c.offset) for where, c in commits} >= {((GROUP, TOPIC, p), 30) for p in mine}
+
+        daemon.start()
+        daemon.extra["port"] = kafka_port(daemon)
+        resumed = _consumer(bootstrap(daemon), "third")
+        seen: dict[int, int] = {}
+        deadline = time.monotonic() + 20
+        while len(seen) < 4:
+            assert time.monotonic() < deadline
+            msg = resumed.poll(0.1)
+            if msg is not None and msg.error() is None:
+                seen.setdefault(msg.partition(), msg.offset())
+        resumed.close()
+        assert {p: seen[p] for p in mine} == {p: 30 for p in mine}  # resumed at the commits
+        assert all(seen[p] == 0 for p in {0, 1, 2, 3} - mine)  # never committed: from the start
+    finally:
+        daemon.cleanup()
