@@ -374,6 +374,8 @@ class Daemon:
         _warn_cleaner_changes(old, new)
         try:
             manager.update_configs(new.defaults, dict(new.logs))
+            if self.kafka is not None:
+                self.kafka.config_reloaded()
             if not old.read_only:
                 for name, log_config in new.logs.items():
                     if name not in manager.logs and name not in manager.offline:

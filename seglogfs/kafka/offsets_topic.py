@@ -103,7 +103,20 @@ class OffsetStore:
     def __init__(self, manager: LogManager) -> None:
         self.manager = manager
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        self.apply_configs()
         self._load()
+
+    def _config(self) -> LogConfig:
+        return LogConfig.from_mapping(_OFFSETS_CONFIG, self.manager.default_config)
+
+    def apply_configs(self) -> None:
+        """Give the offsets logs their compact policy unless the YAML configures them (at start and
+        after a reload, which resets every log to the YAML's settings)."""
+        for name, log_obj in self.manager.logs.items():
+            if log_obj.topic == OFFSETS_TOPIC and name not in self.manager.log_configs:
+                config = self._config()
+                self.manager.log_configs[name] = config
+                log_obj.update_config(config)
 
     def _load(self) -> None:
         for log_obj in self.manager.logs.values():
@@ -130,8 +143,7 @@ class OffsetStore:
         try:
             return self.manager.get(name)
         except KeyError:
-            config = LogConfig.from_mapping(_OFFSETS_CONFIG, self.manager.default_config)
-            return self.manager.create_log(name, config)
+            return self.manager.create_log(name, self._config())
 
     def commit(self, group: str, entries: dict[tuple[str, int], Committed]) -> None:
         """Store ``entries`` of ``group`` (one batch in its offsets log, then in memory)."""

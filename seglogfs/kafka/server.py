@@ -68,6 +68,10 @@ class KafkaListener:
         log.info("Kafka listener on %s (advertised as %s:%d)", f"{endpoint.host}:{self.port}",
                  *self.broker.advertised)
 
+    def config_reloaded(self) -> None:
+        """The daemon applied a reloaded config to the logs: give the offsets logs their policy back."""
+        self._loop.call_soon_threadsafe(self.broker.offsets.apply_configs)
+
     def stop(self) -> None:
         """Close the socket and every connection; wait for the thread."""
         if self._thread is None:

@@ -4,6 +4,7 @@ topic, the group rebalances when one joins and when one leaves, commits are reco
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> N
         first = _consumer(server, "first")
         _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
         second = _consumer(server, "second")
-        _until([first, second], lambda: len(_partitions(first)) == 2 and len(_partitions(second)) == 2)
-        assert _partitions(first) | _partitions(second) == {0, 1, 2, 3}
+        _until([first, second], lambda: len(_partitions(first)) == len(_partitions(second)) == 2
+               and _partitions(first) | _partitions(second) == {0, 1, 2, 3})
 
         mine = _partitions(second)
         # the second member commits 30 records of each of its partitions as read
@@ -77,6 +78,8 @@ def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> N
 
         daemon.start()
         daemon.extra["port"] = kafka_port(daemon)
+        info = json.loads((daemon.mount / offsets_log.name / "info").read_text())
+        assert info["config"]["cleanup.policy"] == "compact"  # after a restart too
         resumed = _consumer(bootstrap(daemon), "third")
         seen: dict[int, int] = {}
         deadline = time.monotonic() + 20
