@@ -5,6 +5,8 @@ topic, the group rebalances when one joins and when one leaves, commits are reco
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +19,16 @@ from seglogfs.log import Log
 pytestmark = fuse_required
 
 GROUP, TOPIC = "readers", "shared"
+GHOST = """
+import sys
+from confluent_kafka import Consumer
+server, group, topic = sys.argv[1:4]
+consumer = Consumer({"bootstrap.servers": server, "group.id": group, "session.timeout.ms": 1500,
+                     "heartbeat.interval.ms": 300, "enable.auto.commit": False})
+consumer.subscribe([topic])
+while True:
+    consumer.poll(0.1)
+"""
 
 
 def _consumer(server: str, name: str):
@@ -67,6 +79,15 @@ def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> N
         # the second member commits 30 records of each of its partitions as read
         second.commit(offsets=[TopicPartition(TOPIC, p, 30) for p in mine], asynchronous=False)
         second.close()  # LeaveGroup: the first member takes everything again
+        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+
+        # a member that dies without leaving is dropped once its session times out
+        ghost = subprocess.Popen([sys.executable, "-c", GHOST, server, GROUP, TOPIC])
+        try:
+            _until([first], lambda: len(_partitions(first)) == 2)
+        finally:
+            ghost.kill()
+            ghost.wait(10)
         _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
         first.close()
 
