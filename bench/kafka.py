@@ -1,6 +1,7 @@
 """Kafka clients against seglogd's listener over loopback, beside the mount's append, in one run.
 
-- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path, the baseline
+- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path, the baseline; and
+  again while a confluent-kafka consumer-group member reads that log
 - confluent-kafka producer (its defaults, acks=1) and consumer: records/s of 100-byte records
 - end-to-end latency p50/p99 at 10,000 records/s (produce -> a consumer's poll), confluent-kafka
   defaults, and with ``linger.ms=0`` and idempotence (at most 5 requests in flight)
@@ -43,11 +44,40 @@ def port_of(stderr: Path, timeout: float = 10) -> int:
     raise SystemExit(f"no Kafka listener:\n{stderr.read_text()}")
 
 
-def mount_append(mount: Path, lines: Path, n: int) -> float:
-    (mount / "cat-0").mkdir()
+GROUP_READER = """
+import sys
+from confluent_kafka import Consumer
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "bench-readers",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": True})
+consumer.subscribe([sys.argv[2]])
+print("ready", flush=True)
+while True:
+    consumer.consume(10000, 0.5)
+"""
+
+
+def mount_append(mount: Path, lines: Path, n: int, log: str = "cat-0") -> float:
+    (mount / log).mkdir()
     start = time.perf_counter()
-    subprocess.run(f"cat {lines} > {mount}/cat-0/append", shell=True, check=True)
+    subprocess.run(f"cat {lines} > {mount}/{log}/append", shell=True, check=True)
     return n / (time.perf_counter() - start)
+
+
+def mount_append_while_read(server: str, mount: Path, lines: Path, n: int) -> float:
+    """``mount_append`` while a consumer-group member reads the same log (long polls woken by it)."""
+    (mount / "read-0").mkdir()
+    reader = subprocess.Popen([sys.executable, "-c", GROUP_READER, server, "read"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert reader.stdout is not None
+        reader.stdout.readline()
+        time.sleep(2)  # joined, assigned, its fetch parked
+        start = time.perf_counter()
+        subprocess.run(f"cat {lines} > {mount}/read-0/append", shell=True, check=True)
+        return n / (time.perf_counter() - start)
+    finally:
+        reader.kill()
+        reader.wait()
 
 
 def confluent_produce(server: str, topic: str, n: int) -> float:
@@ -264,7 +294,11 @@ def main() -> int:
         proc = start_seglogd(config, mount, "multi")
         try:
             server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"
-            rows.append(("mount: cat 100-byte lines > append", f"{mount_append(mount, lines, n):,.0f} rec/s"))
+            alone = mount_append(mount, lines, n)
+            rows.append(("mount: cat 100-byte lines > append", f"{alone:,.0f} rec/s"))
+            read = mount_append_while_read(server, mount, lines, n)
+            rows.append(("  the same while a consumer-group member reads that log",
+                         f"{read:,.0f} rec/s ({read / alone:.2f}x)"))
             produced = confluent_produce(server, "p", n)
             rows.append(("confluent-kafka produce, defaults, acks=1", f"{produced:,.0f} rec/s"))
             rows.append(("confluent-kafka consume", f"{confluent_consume(server, 'p', n):,.0f} rec/s"))
