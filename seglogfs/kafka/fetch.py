@@ -59,7 +59,7 @@ def _read(broker: Broker, request: Any, version: int) -> tuple[Any, int]:
         partitions = []
         for part in topic.partitions:
             limit = max(min(part.partition_max_bytes, budget), 0)
-            values = _partition(broker, topic.topic, part, limit, committed)
+            values = _partition(broker, topic.topic, part, limit, committed, whole_first=found == 0)
             size = len(values.get("records") or b"")
             found += size
             budget -= size
@@ -75,13 +75,17 @@ def _read(broker: Broker, request: Any, version: int) -> tuple[Any, int]:
     return response, found
 
 
-def _partition(broker: Broker, topic: str, part: Any, max_bytes: int, committed: bool) -> dict:
+def _partition(
+    broker: Broker, topic: str, part: Any, max_bytes: int, committed: bool, *, whole_first: bool
+) -> dict:
     log_obj = broker.topics.log(topic, part.partition)
     if log_obj is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1, "records": None,
                 "aborted_transactions": None}
     try:
-        read: PartitionRead = read_partition(log_obj, part.fetch_offset, max_bytes, read_committed=committed)
+        read: PartitionRead = read_partition(
+            log_obj, part.fetch_offset, max_bytes, read_committed=committed, whole_first=whole_first
+        )
     except (SeglogError, OSError) as exc:
         code = error_code(exc)
         if code != ErrorCode.offset_out_of_range:

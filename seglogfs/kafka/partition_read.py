@@ -24,9 +24,12 @@ class PartitionRead:
     aborted: tuple[tuple[int, int], ...] | None  # (producer id, first offset); None: read_uncommitted
 
 
-def read_partition(log_obj: Log, offset: int, max_bytes: int, *, read_committed: bool) -> PartitionRead:
+def read_partition(
+    log_obj: Log, offset: int, max_bytes: int, *, read_committed: bool, whole_first: bool = True
+) -> PartitionRead:
     """The batches of ``log_obj`` from ``offset`` on; OffsetOutOfRangeError when ``offset`` is
-    outside [log start, log end]."""
+    outside [log start, log end]. ``whole_first``: return the first batch even past ``max_bytes``
+    (Kafka does so for the first partition with data in a response only)."""
     start, end = log_obj.start_offset, log_obj.end_offset
     lso = log_obj.last_stable_offset
     limit = lso if read_committed else end
@@ -36,6 +39,8 @@ def read_partition(log_obj: Log, offset: int, max_bytes: int, *, read_committed:
     if offset >= limit:
         return PartitionRead(b"", end, lso, start, aborted)
     segment, header = log_obj.lookup(offset)
+    if header.size > max_bytes and not whole_first:
+        return PartitionRead(b"", end, lso, start, aborted)
     size = max(max_bytes, header.size)
     data = segment.read(header.position, size)
     cut, last = 0, offset

@@ -218,3 +218,22 @@ def test_metadata_v0_empty_list_means_every_topic(daemon: Seglogd) -> None:
     every = client.request(3, 0, make(cls, topics=()))
     client.close()
     assert "events" in {t.name for t in every.topics}
+
+
+def test_fetch_max_bytes_returns_one_whole_batch_past_it(daemon: Seglogd) -> None:
+    for p in (0, 1):
+        sh(f"mkdir {daemon.mount}/two-{p} && echo a{p} >> {daemon.mount}/two-{p}/append "
+           f"&& echo b{p} >> {daemon.mount}/two-{p}/append", check=True)
+    cls = load_request_schema(1, 12)
+    topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+    part_cls = topic_cls.__dataclass_fields__["partitions"].type.__args__[0]
+    parts = tuple(make(part_cls, partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in (0, 1))
+    request = make(cls, max_wait=timedelta(0), min_bytes=1, max_bytes=1, forgotten_topics_data=(),
+                   topics=(make(topic_cls, topic="two", partitions=parts),))
+    client = _client(daemon)
+    [first, second] = client.request(1, 12, request).responses[0].partitions
+    client.close()
+    from seglogfs.records import iter_batch_headers
+
+    assert [h.base_offset for h in iter_batch_headers(first.records)] == [0]  # one batch, past max_bytes
+    assert second.records == b"" and second.high_watermark == 2  # nothing more once max_bytes is spent
