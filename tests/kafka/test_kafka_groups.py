@@ -114,3 +114,50 @@ def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> N
         assert all(seen[p] == 0 for p in {0, 1, 2, 3} - mine)  # never committed: from the start
     finally:
         daemon.cleanup()
+
+
+def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaConsumer
+
+    server = bootstrap(kafka_daemon)
+    producer = Producer({"bootstrap.servers": server})
+    for i in range(30):
+        producer.produce("grouped", value=b"%d" % i)
+    producer.flush(10)
+
+    consumer = KafkaConsumer("grouped", bootstrap_servers=server, group_id="kp", auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 20 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            got += [m.value for m in records]
+    consumer.commit()  # what it has consumed
+    admin = AdminClient({"bootstrap.servers": server})
+    listed = admin.list_consumer_groups().result(10)
+    assert "kp" in {g.group_id for g in listed.valid}
+    [described] = admin.describe_consumer_groups(["kp"]).values()
+    group = described.result(10)
+    assert len(group.members) == 1 and str(group.state).endswith("STABLE")
+    committed = len(got)
+    consumer.close()
+    for i in range(committed, committed + 5):  # what the next member of the group has to read
+        producer.produce("grouped", value=b"%d" % i)
+    producer.flush(10)
+
+    async def resume() -> list[bytes]:
+        aio = AIOKafkaConsumer("grouped", bootstrap_servers=server, group_id="kp", enable_auto_commit=False)
+        await aio.start()
+        try:
+            batch = await aio.getmany(timeout_ms=10_000)
+            return [m.value for records in batch.values() for m in records]
+        finally:
+            await aio.stop()
+
+    rest = asyncio.run(resume())
+    assert rest and rest[0] == b"%d" % committed  # aiokafka resumes where kafka-python committed
