@@ -1,7 +1,8 @@
 """Committed offsets as Kafka stores them: records of the compacted ``__consumer_offsets-<n>`` logs,
 key ``OffsetCommitKey`` v1 (group, topic, partition), value ``OffsetCommitValue`` v3 (offset, leader
 epoch, metadata, commit timestamp), a null value deleting it; the group's partition is Kafka's
-``abs(groupId.hashCode()) % 50``. Read back at start (all value versions 0-3)."""
+``abs(groupId.hashCode()) % 50``. Read back at start (value versions 0-4: Kafka 4 writes the flexible
+v4)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,22 @@ class _Reader:
         self.at += struct.calcsize(fmt)
         return value
 
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.data[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def compact_string(self) -> str:
+        size = self.uvarint() - 1
+        text = self.data[self.at : self.at + max(size, 0)].decode("utf-8", "replace")
+        self.at += max(size, 0)
+        return text
+
     def string(self) -> str:
         size = self.take(">h")
         text = self.data[self.at : self.at + max(size, 0)].decode("utf-8", "replace")
@@ -90,9 +107,11 @@ def parse_commit(key: bytes, value: bytes | None) -> tuple[tuple[str, str, int],
         return where, None
     reader = _Reader(value)
     version = reader.take(">h")
+    if not 0 <= version <= 4:
+        raise ValueError(f"OffsetCommitValue version {version}")
     offset = reader.take(">q")
     epoch = reader.take(">i") if version >= 3 else -1
-    metadata = reader.string()
+    metadata = reader.compact_string() if version >= 4 else reader.string()  # 4: flexible
     timestamp = reader.take(">q")
     return where, Committed(offset, epoch, metadata, timestamp)
 
@@ -126,7 +145,12 @@ class OffsetStore:
                 for record in log_obj.iter_records():
                     if record.key is None:
                         continue
-                    parsed = parse_commit(record.key, record.value)
+                    try:
+                        parsed = parse_commit(record.key, record.value)
+                    except (ValueError, IndexError, struct.error) as exc:
+                        log.warning("%s: offset %d: not an offset commit Kafka writes: %s",
+                                    log_obj.name, record.offset, exc)
+                        continue
                     if parsed is None:
                         continue
                     (group, topic, partition), committed = parsed
@@ -135,7 +159,7 @@ class OffsetStore:
                         offsets.pop((topic, partition), None)
                     else:
                         offsets[(topic, partition)] = committed
-            except (SeglogError, OSError, struct.error) as exc:
+            except (SeglogError, OSError) as exc:
                 log.error("%s: committed offsets read up to a damaged record: %s", log_obj.name, exc)
 
     def _log(self, group: str) -> Log:
