@@ -37,7 +37,7 @@ from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIds, init_producer_id
 from .list_offsets import list_offsets
 from .listener_config import ListenerConfig
-from .messages import decode_request, encode, request_class
+from .messages import decode_request, encode, encode_frame, request_class
 from .metadata import metadata
 from .offsets_topic import OffsetStore
 from .produce import produce
@@ -112,4 +112,4 @@ class Broker:
             result = await result
         if result is None:
             return None
-        return frame(response_header(correlation_id, cls.__flexible__, api_key), encode(result))
+        return encode_frame(response_header(correlation_id, cls.__flexible__, api_key), result)

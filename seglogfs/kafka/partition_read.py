@@ -48,7 +48,7 @@ def read_partition(
         if batch.base_offset >= limit:
             break
         cut, last = batch.end_position, batch.last_offset
-    if read_committed and cut:
+    if read_committed and cut and log_obj.has_aborted_transactions():  # cached: no .txnindex read
         aborted = tuple(
             (txn.producer_id, txn.first_offset) for txn in log_obj.aborted_transactions(offset, last + 1)
         )
