@@ -3,6 +3,7 @@ closed connection, and the daemon and every log intact afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -237,3 +238,25 @@ def test_fetch_max_bytes_returns_one_whole_batch_past_it(daemon: Seglogd) -> Non
 
     assert [h.base_offset for h in iter_batch_headers(first.records)] == [0]  # one batch, past max_bytes
     assert second.records == b"" and second.high_watermark == 2  # nothing more once max_bytes is spent
+
+
+def test_a_client_that_stops_reading_holds_only_its_connection(daemon: Seglogd) -> None:
+    sh(f"mkdir {daemon.mount}/big-0 && head -c 3000000 /dev/zero | tr '\\0' 'z' | fold -w 100 "
+       f"> {daemon.mount}/big-0/append", check=True)
+    cls = load_request_schema(1, 12)
+    topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+    part_cls = topic_cls.__dataclass_fields__["partitions"].type.__args__[0]
+    part = make(part_cls, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    request = make(cls, max_wait=timedelta(0), min_bytes=1, forgotten_topics_data=(),
+                   topics=(make(topic_cls, topic="big", partitions=(part,)),))
+    from seglogfs.kafka.messages import encode
+
+    body = struct.pack(">hhih", 1, 12, 1, -1) + b"\0" + encode(request)
+    stalled = _client(daemon)
+    stalled.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sock.settimeout(0.5)
+    with contextlib.suppress(TimeoutError):
+        for _ in range(200):  # ~200 MiB of answers asked for, none read
+            stalled.send_raw(struct.pack(">i", len(body)) + body)
+    _alive_and_intact(daemon, _records(daemon))  # another client is served meanwhile
+    stalled.close()
