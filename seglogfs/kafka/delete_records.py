@@ -29,7 +29,7 @@ def delete_records(broker: Broker, request: Any, version: int) -> Any:
             log_obj = broker.topics.log(topic.name, part.partition_index)
             low, error = -1, ErrorCode.none
             if log_obj is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = broker.topics.missing(topic.name, part.partition_index)
             elif broker.read_only:
                 error = ErrorCode.topic_authorization_failed
             else:

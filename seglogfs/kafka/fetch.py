@@ -80,8 +80,8 @@ def _partition(
 ) -> dict:
     log_obj = broker.topics.log(topic, part.partition)
     if log_obj is None:
-        return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1, "records": None,
-                "aborted_transactions": None}
+        return {"error_code": broker.topics.missing(topic, part.partition), "high_watermark": -1,
+                "records": None, "aborted_transactions": None}
     try:
         read: PartitionRead = read_partition(
             log_obj, part.fetch_offset, max_bytes, read_committed=committed, whole_first=whole_first

@@ -35,7 +35,7 @@ def list_offsets(broker: Broker, request: Any, version: int) -> Any:
         for part in topic.partitions:
             log_obj = broker.topics.log(topic.name, part.partition_index)
             if log_obj is None:
-                values = {"error_code": ErrorCode.unknown_topic_or_partition}
+                values = {"error_code": broker.topics.missing(topic.name, part.partition_index)}
             else:
                 values = _answer(log_obj, part.timestamp, committed)
             parts.append(make(part_cls, partition_index=part.partition_index, leader_epoch=0, **values))

@@ -44,7 +44,7 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None, a
         return {**failed, "error_code": ErrorCode.invalid_required_acks}
     log_obj = broker.topics.log(topic, partition)
     if log_obj is None:
-        return {**failed, "error_code": ErrorCode.unknown_topic_or_partition}
+        return {**failed, "error_code": broker.topics.missing(topic, partition)}
     if broker.read_only:
         return {**failed, "error_code": ErrorCode.topic_authorization_failed,
                 "error_message": "the data dir is mounted read-only"}

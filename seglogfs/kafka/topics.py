@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from kio.schema.errors import ErrorCode
+
 from seglogfs.config import LogConfig
 from seglogfs.errors import InvalidLogNameError
 from seglogfs.log import Log
@@ -34,6 +36,14 @@ class Topics:
             except KeyError:
                 return None
         return None
+
+    def missing(self, topic: str, partition: int) -> ErrorCode:
+        """Why ``topic``'s ``partition`` has no log: KAFKA_STORAGE_ERROR when it is offline (its files
+        could not be opened or vanished), else UNKNOWN_TOPIC_OR_PARTITION."""
+        offline = self.manager.offline
+        if f"{topic}-{partition}" in offline or (partition == 0 and topic in offline):
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.unknown_topic_or_partition
 
     def all(self) -> dict[str, dict[int, Log]]:
         """Every topic and its partitions' logs."""
