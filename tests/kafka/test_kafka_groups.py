@@ -8,10 +8,9 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from support.kafka_fixture import bootstrap, kafka_port, start_kafka_daemon
-from support.mount_fixture import fuse_required
+from support.kafka_fixture import bootstrap, kafka_port
+from support.mount_fixture import Seglogd, fuse_required
 
 from seglogfs.kafka.offsets_topic import offsets_partition, parse_commit
 from seglogfs.log import Log
@@ -58,62 +57,61 @@ def _partitions(consumer) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
-def test_group_rebalances_commits_and_resumes_after_restart(tmp_path: Path) -> None:
+def test_group_rebalances_commits_and_resumes_after_restart(kafka_daemon: Seglogd) -> None:
     from confluent_kafka import Producer, TopicPartition
 
-    daemon = start_kafka_daemon(tmp_path, logs={f"{TOPIC}-{p}": {} for p in range(4)})
+    daemon = kafka_daemon
+    for p in range(4):
+        (daemon.mount / f"{TOPIC}-{p}").mkdir()
+    server = bootstrap(daemon)
+    producer = Producer({"bootstrap.servers": server})
+    for i in range(400):
+        producer.produce(TOPIC, value=b"%d" % i, partition=i % 4)
+    producer.flush(10)
+
+    first = _consumer(server, "first")
+    _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+    second = _consumer(server, "second")
+    _until([first, second], lambda: len(_partitions(first)) == len(_partitions(second)) == 2
+           and _partitions(first) | _partitions(second) == {0, 1, 2, 3})
+
+    mine = _partitions(second)
+    # the second member commits 30 records of each of its partitions as read
+    second.commit(offsets=[TopicPartition(TOPIC, p, 30) for p in mine], asynchronous=False)
+    second.close()  # LeaveGroup: the first member takes everything again
+    _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+
+    # a member that dies without leaving is dropped once its session times out
+    ghost = subprocess.Popen([sys.executable, "-c", GHOST, server, GROUP, TOPIC])
     try:
-        server = bootstrap(daemon)
-        producer = Producer({"bootstrap.servers": server})
-        for i in range(400):
-            producer.produce(TOPIC, value=b"%d" % i, partition=i % 4)
-        producer.flush(10)
-
-        first = _consumer(server, "first")
-        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
-        second = _consumer(server, "second")
-        _until([first, second], lambda: len(_partitions(first)) == len(_partitions(second)) == 2
-               and _partitions(first) | _partitions(second) == {0, 1, 2, 3})
-
-        mine = _partitions(second)
-        # the second member commits 30 records of each of its partitions as read
-        second.commit(offsets=[TopicPartition(TOPIC, p, 30) for p in mine], asynchronous=False)
-        second.close()  # LeaveGroup: the first member takes everything again
-        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
-
-        # a member that dies without leaving is dropped once its session times out
-        ghost = subprocess.Popen([sys.executable, "-c", GHOST, server, GROUP, TOPIC])
-        try:
-            _until([first], lambda: len(_partitions(first)) == 2)
-        finally:
-            ghost.kill()
-            ghost.wait(10)
-        _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
-        first.close()
-
-        daemon.stop()
-        offsets_log = daemon.data_dir / f"__consumer_offsets-{offsets_partition(GROUP)}"
-        with Log.open(offsets_log, read_only=True) as stored:
-            commits = [parse_commit(r.key, r.value) for r in stored.iter_records()]
-        assert {(where, c.offset) for where, c in commits} >= {((GROUP, TOPIC, p), 30) for p in mine}
-
-        daemon.start()
-        daemon.extra["port"] = kafka_port(daemon)
-        info = json.loads((daemon.mount / offsets_log.name / "info").read_text())
-        assert info["config"]["cleanup.policy"] == "compact"  # after a restart too
-        resumed = _consumer(bootstrap(daemon), "third")
-        seen: dict[int, int] = {}
-        deadline = time.monotonic() + 20
-        while len(seen) < 4:
-            assert time.monotonic() < deadline
-            msg = resumed.poll(0.1)
-            if msg is not None and msg.error() is None:
-                seen.setdefault(msg.partition(), msg.offset())
-        resumed.close()
-        assert {p: seen[p] for p in mine} == {p: 30 for p in mine}  # resumed at the commits
-        assert all(seen[p] == 0 for p in {0, 1, 2, 3} - mine)  # never committed: from the start
+        _until([first], lambda: len(_partitions(first)) == 2)
     finally:
-        daemon.cleanup()
+        ghost.kill()
+        ghost.wait(10)
+    _until([first], lambda: _partitions(first) == {0, 1, 2, 3})
+    first.close()
+
+    daemon.stop()
+    offsets_log = daemon.data_dir / f"__consumer_offsets-{offsets_partition(GROUP)}"
+    with Log.open(offsets_log, read_only=True) as stored:
+        commits = [parse_commit(r.key, r.value) for r in stored.iter_records()]
+    assert {(where, c.offset) for where, c in commits} >= {((GROUP, TOPIC, p), 30) for p in mine}
+
+    daemon.start()
+    daemon.extra["port"] = kafka_port(daemon)
+    info = json.loads((daemon.mount / offsets_log.name / "info").read_text())
+    assert info["config"]["cleanup.policy"] == "compact"  # after a restart too
+    resumed = _consumer(bootstrap(daemon), "third")
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 20
+    while len(seen) < 4:
+        assert time.monotonic() < deadline
+        msg = resumed.poll(0.1)
+        if msg is not None and msg.error() is None:
+            seen.setdefault(msg.partition(), msg.offset())
+    resumed.close()
+    assert {p: seen[p] for p in mine} == {p: 30 for p in mine}  # resumed at the commits
+    assert all(seen[p] == 0 for p in {0, 1, 2, 3} - mine)  # never committed: from the start
 
 
 def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> None:
