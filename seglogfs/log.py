@@ -52,6 +52,7 @@ from .log_transactions import LogTransactions
 from .log_validator import check_client_batch, place_batch
 from .producer_append import RecentBatches
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
+from .record_offsets import first_existing_offset, record_count
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -320,8 +321,6 @@ class Log(SegmentRemoval):
         """User records from the start offset: ``end - start`` unless the log is compacted (gaps)."""
         if "compact" not in self.config.cleanup_policy:
             return self.end_offset - self.start_offset
-        from .offset_listing import record_count  # it walks Log objects: imported late, no cycle
-
         return record_count(self)
 
     # ================================================================== appending
@@ -705,7 +704,7 @@ class Log(SegmentRemoval):
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
-            i = bounds.index_of(header, offset)
+            i = bounds.index_of(header.base_offset, offset)
             if i < 0:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
             start, end = bounds.span(i)
@@ -791,8 +790,6 @@ class Log(SegmentRemoval):
         found = self._offset_for_timestamp(timestamp_ms)
         if isolation != READ_COMMITTED:
             return found
-        from .offset_listing import first_existing_offset  # it walks Log objects: imported late, no cycle
-
         visible = first_existing_offset(self, found, isolation=isolation)
         if visible is None:
             raise TimestampNotFoundError(

@@ -5,6 +5,7 @@ moved log start (Kafka's DeleteRecords) and the log cleaner's swaps. Removed seg
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -98,6 +99,7 @@ class SegmentRemoval:
         # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
         # deleted before they leave the segment list: a reader finds each in one list or the other.
         pending = [(now_ms + self.config.file_delete_delay_ms, segment, []) for segment in doomed]
+        self._keep_superseded(doomed)
         self._pending_deletes.extend(pending)
         self._set_segments(kept)
         self._start_offset = max(self._start_offset, kept[0].base_offset)
@@ -126,6 +128,7 @@ class SegmentRemoval:
                 return None
             if at + len(old) >= len(current):
                 return None  # never the active segment
+            self._keep_superseded(old)
             replace_files(self.dir, base_offset, old)
             new = self._new_segment(base_offset)
             self._set_segments([*current[:at], new, *current[at + len(old) :]])
@@ -138,6 +141,18 @@ class SegmentRemoval:
                 self._dirty.discard(segment)
             self._batch_cache.clear()
             return new
+
+    def _keep_superseded(self, renamed: Sequence[LogSegment]) -> None:
+        """Before ``renamed`` take their ``.deleted`` names: a segment still waiting for its purge under
+        one of those names (the cleaner replaced a segment at the same base offset again within
+        ``file.delete.delay.ms``) keeps its own file open, so a reader in the middle of it reads its
+        bytes to the end, and its purge leaves the names, now the newer segment's, alone."""
+        bases = {segment.base_offset for segment in renamed}
+        for _, segment, paths in self._pending_deletes:
+            if segment.base_offset in bases and paths:
+                with contextlib.suppress(FileNotFoundError):  # removed under the daemon: nothing to keep
+                    segment.hold_open()
+                paths.clear()
 
     @property
     def deleted_segments(self) -> list[LogSegment]:

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from seglogfs.log import Log
 from seglogfs.read_committed import isolation_level
 from seglogfs.stream_format import StreamFormat
-from seglogfs.value_stream import StreamReader, ValueStream
+from seglogfs.views.value_stream import StreamReader, ValueStream
 
 #: ``from/<n>`` streams kept (each holds a batch table per segment it has read)
 FROM_STREAMS_KEPT = 64

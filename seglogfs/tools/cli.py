@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .dump import DEFAULT_MAX_MESSAGE_SIZE, INT_MAX, DumpOptions, dump_files
+from seglogfs.tools.dump import DEFAULT_MAX_MESSAGE_SIZE, INT_MAX, DumpOptions, dump_files
 
 __all__ = ["main"]
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["spark"]:
         # Imported lazily: the Spark jobs pull in pyspark, which dump/verify must not need.
-        from .spark.jobs import main as spark_main
+        from seglogfs.spark.jobs import main as spark_main
 
         return int(spark_main(args_list[1:]) or 0)
 
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             files = [f for f in args.files.split(",") if f]
             return dump_files(files, options, sys.stdout, sys.stderr)
-        from .verify import main as verify_main
+        from seglogfs.tools.verify import main as verify_main
 
         return verify_main(args.paths, sys.stdout, sys.stderr, strict=args.strict)
     except BrokenPipeError:  # `seglogfs dump ... | head`

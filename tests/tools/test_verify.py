@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from support.verify_fixtures import SEG, TESTDATA, batches_of, build_two_segments, writable_copy
 
+from seglogfs.tools.verify import Progress
 from seglogfs.verifier import verify_paths
-from seglogfs.verify import Progress
 
 
 def run_verify(*paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        [sys.executable, "-m", "seglogfs.tools.cli", "verify", *map(str, paths)],
         capture_output=True,
         text=True,
         check=False,
@@ -164,7 +164,7 @@ def test_missing_indexes_are_notes_unless_strict(tmp_path):
     assert len(nonempty) == 4
     assert "OK, 4 note(s)" in proc.stderr
     strict = subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "verify", "--strict", str(data)],
+        [sys.executable, "-m", "seglogfs.tools.cli", "verify", "--strict", str(data)],
         capture_output=True, text=True, check=False,
     )
     assert strict.returncode == 1 and strict.stdout.splitlines() == lines
@@ -176,7 +176,7 @@ def test_missing_indexes_are_notes_unless_strict(tmp_path):
 def run_verify_bounded(*paths: Path) -> subprocess.CompletedProcess[str]:
     """``seglogfs verify`` as the user runs it, failing the test (not hanging it) after 60 s."""
     return subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "verify", *map(str, paths)],
+        [sys.executable, "-m", "seglogfs.tools.cli", "verify", *map(str, paths)],
         capture_output=True, text=True, check=False, timeout=60,
     )
 

@@ -19,7 +19,7 @@ from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from support.testdata import KAFKA_LOG_DIR
 
-from seglogfs.dump import DumpOptions, dump_files
+from seglogfs.tools.dump import DumpOptions, dump_files
 
 TESTDATA = KAFKA_LOG_DIR
 SEG = "00000000000000000000"
@@ -370,7 +370,8 @@ def test_cli_subprocess(logdir):
     ipath = logdir / "__consumer_offsets-15" / f"{SEG}.index"
     lpath = logdir / "__consumer_offsets-15" / f"{SEG}.log"
     proc = subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "dump", "--files", f"{ipath},{lpath}", "--deep-iteration"],
+        [sys.executable, "-m", "seglogfs.tools.cli", "dump", "--files", f"{ipath},{lpath}",
+         "--deep-iteration"],
         capture_output=True,
         text=True,
         check=False,
@@ -395,7 +396,7 @@ def test_cli_cluster_metadata_decoder_prints_every_record_as_json(logdir):
 def run_dump_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``seglogfs dump`` as the user runs it, failing the test (not hanging it) after 60 s."""
     return subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "dump", *args],
+        [sys.executable, "-m", "seglogfs.tools.cli", "dump", *args],
         capture_output=True, text=True, check=False, timeout=60,
     )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.engine_helpers import open_log
 
-from seglogfs.log_dir_files import LogDirFiles
+from seglogfs.views.log_dir_files import LogDirFiles
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``seglogfs dump`` of the small state files: producer snapshots (``.snapshot``), transaction indexes
 (``.txnindex``), and the text checkpoints of a data dir and a log dir, which kafka-dump-log.sh ignores
-(see :mod:`seglogfs.dump`)."""
+(see :mod:`seglogfs.tools.dump`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import TextIO
 
 from crc32c import crc32c
 
-from .checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
-from .log_files import (
+from seglogfs.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from seglogfs.log_files import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,

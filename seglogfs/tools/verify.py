@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from .verifier import verify_paths
+from seglogfs.verifier import verify_paths
 
 __all__ = ["Progress", "main"]
 

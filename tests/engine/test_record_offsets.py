@@ -1,5 +1,6 @@
-"""seglogfs.offset_listing: the offsets of a log that hold a user record, checked against kafka-python
-reading the same files (gaps inside batches, an emptied batch, gaps between batches)."""
+"""seglogfs.record_offsets and seglogfs.views.offset_listing: the offsets of a log that hold a user
+record, checked against kafka-python reading the same files (gaps inside batches, an emptied batch,
+gaps between batches)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from support.compacted_segments import SURVIVORS, write_compacted_log
 from support.engine_helpers import ManualClock, config
 
 from seglogfs.log import Log
-from seglogfs.offset_listing import existing_offsets, newest_offsets, record_count
+from seglogfs.record_offsets import existing_offsets, record_count
 from seglogfs.records import ProducerRecord
+from seglogfs.views.offset_listing import newest_offsets
 
 
 def flat(runs: list[range]) -> list[int]:

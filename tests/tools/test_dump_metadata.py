@@ -3,7 +3,7 @@
 The real ``__cluster_metadata`` segment is checked against facts found elsewhere in its data dir
 (partition dirs, ``partition.metadata``, ``meta.properties``, ``quorum-state``) and against
 kafka-python's record count; hand-built records come from a small encoder written here, independent
-of the decoder in seglogfs/metadata_records.py.
+of the decoder in seglogfs/tools/metadata_records.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from support.producer_batches import control_batch
 from support.testdata import KAFKA_LOG_DIR
 
-from seglogfs.dump import DumpOptions, dump_files
-from seglogfs.metadata_records import to_json
+from seglogfs.tools.dump import DumpOptions, dump_files
+from seglogfs.tools.metadata_records import to_json
 
 SEG = "00000000000000000000"
 RECORD_LINE = re.compile(r"^\| offset: (\d+) ")

@@ -1,4 +1,4 @@
-"""Totals of sealed segments shared by the read_committed streams of a log (seglogfs/value_stream.py,
+"""Totals of sealed segments shared by the read_committed streams of a log (seglogfs/views/value_stream.py,
 which count for themselves: aborted transactions and the last stable offset leave batches out):
 ``records``, ``records.jsonl`` and each ``from/<n>`` count a sealed segment once between them, per
 format. read_uncommitted streams take the engine's totals instead (seglogfs/segment_totals.py)."""

@@ -46,6 +46,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,8 +57,7 @@ from seglogfs.records import read_batch_header
 from seglogfs.segment import Damage, LogSegment, pread_within
 from seglogfs.segment_totals import Goal, SegmentTotals
 from seglogfs.stream_format import VALUES, StreamFormat
-from seglogfs.stream_reader import StreamReader
-from seglogfs.stream_totals import SealedTotal, forget_sealed_total, remember_sealed_total, sealed_total
+from seglogfs.views.stream_totals import SealedTotal, forget_sealed_total, remember_sealed_total, sealed_total
 
 if TYPE_CHECKING:
     from seglogfs.log import Log
@@ -76,6 +76,7 @@ COUNT_INLINE_BYTES = 256 * 1024
 #: while a log's totals are being counted, sizes are the counted part rounded down to this (see size())
 UNCOUNTED_ROUNDING = 4096
 _WINDOWS_KEPT = 4
+_NEWLINE = 10
 
 
 @dataclass(slots=True, eq=False)
@@ -190,8 +191,8 @@ class ValueStream:
         """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now. A damaged
         batch contributes nothing: the walk resyncs on the next intact one, and (when ``report``) the
         damage is logged once, naming the file, the position and the offsets skipped. A sealed segment
-        another stream counted whole is taken from :mod:`seglogfs.stream_totals` (when ``report``: not for a
-        batch table's rescan), its batch table left to the first read."""
+        another stream counted whole is taken from :mod:`seglogfs.views.stream_totals` (when
+        ``report``: not for a batch table's rescan), its batch table left to the first read."""
         if seg.totals is not None:
             self._sync(seg)
             return
@@ -724,7 +725,7 @@ class ValueStream:
         """With no reader open and no recent size(), begin the stream at the log start offset again:
         nobody can see the positions shift, and ``tail -n`` then finds every line before the end.
         When the cleaner replaced segments the stream counted, it begins afresh, with their cleaned
-        content (sealed segments' totals are shared: :mod:`seglogfs.stream_totals`)."""
+        content (sealed segments' totals are shared: :mod:`seglogfs.views.stream_totals`)."""
         if self._readers or self.hold_positions or time.monotonic() - self._last_size < QUIET_BEFORE_REBASE_S:
             return
         segments = self._refresh()
@@ -784,6 +785,20 @@ class ValueStream:
             self._refresh()
             return self._read_refreshed(position, size)
 
+    def read_chosen(self, size: int, choose: Callable[[int, int], int | None]) -> bytes:
+        """Up to ``size`` bytes at the position ``choose(*self.bounds())`` returns (``b""`` when it
+        returns None), with the stream locked from the bounds to the read, so they cannot move in
+        between; when the hole grows past the chosen position meanwhile, ``choose`` decides again."""
+        with self._lock:
+            while True:
+                position = choose(*self.bounds())
+                if position is None:
+                    return b""
+                try:
+                    return self._read_refreshed(position, size)
+                except OffsetOutOfRangeError:
+                    continue
+
     def _read_refreshed(self, position: int, size: int) -> bytes:
         """:meth:`read`, by a caller holding the lock that has just refreshed."""
         for attempt in range(len(self._segments) + 2):
@@ -822,3 +837,69 @@ class ValueStream:
     def _reader_closed(self) -> None:
         with self._lock:
             self._readers -= 1
+
+
+class StreamReader:
+    """One open file of a :class:`ValueStream` (``records``, ``from/<n>``...): reads by position, as
+    :meth:`ValueStream.read`, except where the stream's hole begins (see the module docstring): a reader
+    never sees a torn or repeated line."""
+
+    def __init__(self, stream: ValueStream) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._skip = 0  # added to every position asked: the bytes of the hole this reader jumped over
+        self._started = False  # a read was answered (bytes, or the end of the stream)
+        self._next = 0  # the position after the last bytes returned
+        self._at_line_start = True  # the last bytes returned ended a line
+        self._eof_in_hole: int | None = None  # position of the last read answered b"" for the hole
+        self._closed = False
+
+    def close(self) -> None:
+        """The file is closed (the stream may then drop its hole, see :meth:`ValueStream.size`)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.stream._reader_closed()
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes at this reader's ``position``."""
+        if size <= 0 or position < 0:
+            return b""
+        in_hole = False
+
+        def choose(readable: int, live: int) -> int | None:
+            """The stream position to read for ``position``, None for end of file (see the class)."""
+            nonlocal in_hole
+            in_hole = False
+            target = position + self._skip
+            fresh = not self._started and target < live
+            if fresh or (target < readable and position == self._eof_in_hole):
+                # A new reader starts at the log start offset; one that met the hole and asks again
+                # (tail -f after its end of file) goes on from there.
+                if not fresh:
+                    log.warning(
+                        "%s: a records reader fell behind retention: %d bytes of records skipped",
+                        self.stream.log.name, live - target,
+                    )
+                self._skip += live - target
+                self._eof_in_hole = None
+                return live
+            if target < readable:
+                if position == self._next and not self._at_line_start:
+                    raise OffsetOutOfRangeError(
+                        f"the record being read from the records of log {self.stream.log.name} "
+                        f"was removed by retention"
+                    )
+                self._eof_in_hole = position
+                in_hole = True
+                return None
+            return target
+
+        with self._lock:
+            data = self.stream.read_chosen(size, choose)
+            if not in_hole:
+                self._started = True  # one that opened an empty log follows it from its start
+            if data:
+                self._next = position + len(data)
+                self._at_line_start = data[-1] == _NEWLINE
+            return data

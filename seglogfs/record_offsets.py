@@ -1,4 +1,5 @@
-"""Which offsets of a log hold a user record, for listings (the mount's ``ls by-offset``).
+"""Which offsets of a log hold a user record (``info``'s record count, the first offset a
+read_committed reader sees from a timestamp on, the mount's listings).
 
 A compacted log has offset gaps inside and between batches. The walk goes batch by batch, through
 the headers only, and decodes a batch's record offset deltas only when its record count says some of
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -23,10 +24,23 @@ from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .records import BatchHeader, decode_batch_columns
 from .segment import LogSegment
 
-if TYPE_CHECKING:
-    from .log import Log
+__all__ = ["OffsetsSource", "existing_offsets", "first_existing_offset", "merged", "record_count"]
 
-__all__ = ["existing_offsets", "first_existing_offset", "newest_offsets", "record_count"]
+
+class OffsetsSource(Protocol):
+    """What the walk reads of a log (a :class:`~seglogfs.log.Log`)."""
+
+    @property
+    def start_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def segments(self) -> Sequence[LogSegment]: ...
+    def hidden_batch(self) -> Callable[[BatchHeader], bool]: ...
+    def has_aborted_transactions(self) -> bool: ...
+
 
 # user records of sealed segments counted whole (weak: a segment retention or the cleaner removed goes)
 _SEALED_COUNTS: weakref.WeakKeyDictionary[LogSegment, int] = weakref.WeakKeyDictionary()
@@ -34,7 +48,11 @@ _COUNTS_LOCK = threading.Lock()
 
 
 def existing_offsets(
-    lg: Log, start: int | None = None, end: int | None = None, *, isolation: Isolation = READ_UNCOMMITTED
+    lg: OffsetsSource,
+    start: int | None = None,
+    end: int | None = None,
+    *,
+    isolation: Isolation = READ_UNCOMMITTED,
 ) -> list[range]:
     """The offsets in [start, end) (default: the whole log) that hold a user record, as ascending,
     disjoint, non-adjacent ranges; under ``read_committed`` only those a read_committed reader sees
@@ -45,12 +63,16 @@ def existing_offsets(
     return runs
 
 
-def first_existing_offset(lg: Log, start: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int | None:
+def first_existing_offset(
+    lg: OffsetsSource, start: int, *, isolation: Isolation = READ_UNCOMMITTED
+) -> int | None:
     """The first offset at or after ``start`` that holds a record (under ``isolation``), or None."""
     return next((run.start for run in _existing_runs(lg, start, None, isolation)), None)
 
 
-def _existing_runs(lg: Log, start: int | None, end: int | None, isolation: Isolation) -> Iterator[range]:
+def _existing_runs(
+    lg: OffsetsSource, start: int | None, end: int | None, isolation: Isolation
+) -> Iterator[range]:
     """The non-empty runs of offsets in [start, end) holding a record, in order (adjacent ones apart)."""
     lo = lg.start_offset if start is None else max(start, lg.start_offset)
     hi = lg.end_offset if end is None else min(end, lg.end_offset)
@@ -76,40 +98,7 @@ def _existing_runs(lg: Log, start: int | None, end: int | None, isolation: Isola
                     yield clipped
 
 
-def newest_offsets(lg: Log, limit: int, *, isolation: Isolation = READ_UNCOMMITTED) -> list[range]:
-    """The newest ``limit`` offsets holding a user record, as :func:`existing_offsets` gives them.
-
-    A log whose ``cleanup.policy`` has no ``compact`` is taken as gap-free (its control records'
-    offsets are listed: opening one is ENOENT), so this costs nothing there; a compacted log, and any
-    log under ``read_committed`` (up to its last stable offset), is walked back from its end in
-    windows that double until ``limit`` offsets are found."""
-    committed = isolation == READ_COMMITTED
-    start, end = lg.start_offset, lg.last_stable_offset if committed else lg.end_offset
-    if limit <= 0 or start >= end:
-        return []
-    if "compact" not in lg.config.cleanup_policy and not (committed and lg.has_aborted_transactions()):
-        return [range(max(start, end - limit), end)]
-    runs: list[range] = []
-    count, high, window = 0, end, limit
-    while high > start and count < limit:
-        low = max(start, high - window)
-        found = existing_offsets(lg, low, high, isolation=isolation)
-        runs[:0] = found
-        count += sum(len(run) for run in found)
-        high, window = low, window * 2
-    excess = count - limit
-    while excess > 0:
-        first = runs[0]
-        if len(first) <= excess:
-            runs.pop(0)
-            excess -= len(first)
-        else:
-            runs[0] = first[excess:]
-            excess = 0
-    return _merged(runs)
-
-
-def record_count(lg: Log) -> int:
+def record_count(lg: OffsetsSource) -> int:
     """How many user records the log holds from its start offset: the offsets in use, not
     ``end - start`` (a compacted log has gaps; control records are not user records). From the batch
     headers' record counts; a sealed segment is counted once."""
@@ -180,7 +169,9 @@ def _add(runs: list[range], run: range) -> None:
         runs.append(run)
 
 
-def _merged(runs: list[range]) -> list[range]:
+def merged(runs: list[range]) -> list[range]:
+    """Ascending ``runs`` with overlapping or adjacent ones joined, as :func:`existing_offsets` gives
+    them."""
     out: list[range] = []
     for run in runs:
         _add(out, run)

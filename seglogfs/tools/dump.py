@@ -17,7 +17,7 @@ KRaft control records print as Kafka prints them: ``LeaderChange:``, ``SnapshotH
 ``SnapshotFooter``, ``KRaftVersion`` and ``KRaftVoters`` followed by the message's JSON. With the
 cluster-metadata decoder (``DumpOptions.cluster_metadata_decoder``, kafka-dump-log.sh's
 ``--cluster-metadata-decoder``; like Kafka it implies ``--print-data-log``) each record's payload is
-its metadata record as JSON (``seglogfs/metadata_records.py``); a value that does not decode prints
+its metadata record as JSON (``seglogfs/tools/metadata_records.py``); a value that does not decode prints
 Kafka's ``Error at <offset>, skipping. <why>`` in its place.
 
 Not supported: the key/value decoder classes and the offsets / transaction-log /
@@ -34,18 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .checkpoint import CorruptCheckpointError
-from .dump_state_files import (
-    INT_MAX,
-    OFFSET_CHECKPOINTS,
-    dump_leader_epoch_checkpoint,
-    dump_offset_checkpoint,
-    dump_producer_snapshot,
-    dump_txn_index,
-)
-from .errors import CorruptIndexError, CorruptRecordError
-from .index import OffsetIndex, TimeIndex
-from .log_files import (
+from seglogfs.checkpoint import CorruptCheckpointError
+from seglogfs.errors import CorruptIndexError, CorruptRecordError
+from seglogfs.index import OffsetIndex, TimeIndex
+from seglogfs.log_files import (
     BOOTSTRAP_CHECKPOINT,
     INDEX_SUFFIX,
     KRAFT_SNAPSHOT_SUFFIX,
@@ -57,15 +49,23 @@ from .log_files import (
     base_offset_from_name,
     sibling_path,
 )
-from .metadata_records import (
+from seglogfs.records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
+from seglogfs.regular_files import FileBuffer, non_regular_kind, open_readonly, require_regular_file
+from seglogfs.tools.dump_state_files import (
+    INT_MAX,
+    OFFSET_CHECKPOINTS,
+    dump_leader_epoch_checkpoint,
+    dump_offset_checkpoint,
+    dump_producer_snapshot,
+    dump_txn_index,
+)
+from seglogfs.tools.metadata_records import (
     CONTROL_SCHEMAS,
     MetadataDecodeError,
     decode_control_record,
     decode_metadata_record,
     to_json,
 )
-from .records import BatchHeader, DecodedRecord, decode_batch_all, iter_batch_headers, validate_batch
-from .regular_files import FileBuffer, non_regular_kind, open_readonly, require_regular_file
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "INT_MAX", "DumpOptions", "dump_files"]
 
