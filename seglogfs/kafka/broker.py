@@ -10,8 +10,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from seglogfs.log_manager import LogManager
-
 from .api_versions import (
     API_VERSIONS,
     CREATE_TOPICS,
@@ -26,28 +24,24 @@ from .api_versions import (
     api_versions_response,
     supports,
 )
-from .append_waiters import AppendWaiters
+from .context import BrokerState
 from .create_topics import create_topics
 from .delete_records import delete_records
 from .describe_configs import describe_configs
 from .fetch import fetch
 from .framing import FrameError, frame, parse_request_header, peek_api, response_header
 from .group_apis import CLIENT_ID, GROUP_HANDLERS
-from .group_coordinator import GroupCoordinator
-from .init_producer_id import ProducerIds, init_producer_id
+from .init_producer_id import init_producer_id
 from .list_offsets import list_offsets
-from .listener_config import ListenerConfig
 from .messages import decode_request, encode, encode_frame, request_class
 from .metadata import metadata
-from .offsets_topic import OffsetStore
 from .produce import produce
-from .topics import Topics
 
 __all__ = ["Broker"]
 
 log = logging.getLogger("seglogfs.kafka")
 
-Handler = Callable[["Broker", Any, int], Any]
+Handler = Callable[[BrokerState, Any, int], Any]
 
 _HANDLERS: dict[int, Handler] = {
     PRODUCE: produce,
@@ -64,30 +58,8 @@ _HANDLERS: dict[int, Handler] = {
 assert set(_HANDLERS) == set(SUPPORTED)
 
 
-class Broker:
-    """The listener's view of the engine: topics, long-poll waiters, producer ids, this node."""
-
-    def __init__(self, manager: LogManager, config: ListenerConfig, waiters: AppendWaiters) -> None:
-        self.manager = manager
-        self.config = config
-        self.read_only = manager.read_only
-        self.node_id = config.node_id
-        self.num_partitions = config.num_partitions
-        self.topics = Topics(
-            manager, num_partitions=config.num_partitions, auto_create=config.auto_create_topics
-        )
-        self.waiters = waiters
-        self.producer_ids = ProducerIds()
-        self.groups = GroupCoordinator()
-        self.offsets = OffsetStore(manager)
-        self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
-
-    def checkpoint(self) -> None:
-        """Write the log-start checkpoints now (after DeleteRecords), not at the next maintenance."""
-        try:
-            self.manager.checkpoint()
-        except OSError as exc:
-            log.warning("checkpoint after DeleteRecords: %s", exc)
+class Broker(BrokerState):
+    """The state, and the dispatch of one request frame to its handler."""
 
     async def handle(self, buf: bytes) -> bytes | None:
         """The response frame to the request frame ``buf`` (without its size), None when the request

@@ -15,12 +15,12 @@ from .error_codes import error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["create_topics"]
 
 
-def create_topics(broker: Broker, request: Any, version: int) -> Any:
+def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
     """Create each topic asked for, or say why not (``validate_only``: only check)."""
     cls = response_class(19, version)
     result_cls = nested(cls, "CreatableTopicResult")
@@ -35,7 +35,7 @@ def create_topics(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=timedelta(0), topics=tuple(results))
 
 
-def _create(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
     name = topic.name
     try:
         validate_topic(name)

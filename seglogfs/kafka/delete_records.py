@@ -13,12 +13,12 @@ from .error_codes import error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["delete_records"]
 
 
-def delete_records(broker: Broker, request: Any, version: int) -> Any:
+def delete_records(broker: BrokerState, request: Any, version: int) -> Any:
     """Delete the records below each offset given (-1: the high watermark)."""
     cls = response_class(21, version)
     topic_cls, part_cls = nested(cls, "DeleteRecordsTopicResult"), nested(cls, "DeleteRecordsPartitionResult")

@@ -12,7 +12,7 @@ from seglogfs.config import LogConfig
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["describe_configs"]
 
@@ -22,7 +22,7 @@ DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 _KAFKA_DEFAULTS = LogConfig().to_dict()
 
 
-def describe_configs(broker: Broker, request: Any, version: int) -> Any:
+def describe_configs(broker: BrokerState, request: Any, version: int) -> Any:
     """Each topic resource's configs (only the keys asked for, when given); other resources: an error."""
     cls = response_class(32, version)
     result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")

@@ -18,7 +18,7 @@ from .messages import make, nested, response_class
 from .partition_read import PartitionRead, read_partition
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["fetch"]
 
@@ -26,7 +26,7 @@ log = logging.getLogger("seglogfs.kafka")
 READ_COMMITTED = 1
 
 
-async def fetch(broker: Broker, request: Any, version: int) -> Any:
+async def fetch(broker: BrokerState, request: Any, version: int) -> Any:
     """Read every partition asked for; wait for appends while fewer than ``min_bytes`` were found."""
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
     names = [
@@ -47,7 +47,7 @@ async def fetch(broker: Broker, request: Any, version: int) -> Any:
                 return _read(broker, request, version)[0]
 
 
-def _read(broker: Broker, request: Any, version: int) -> tuple[Any, int]:
+def _read(broker: BrokerState, request: Any, version: int) -> tuple[Any, int]:
     cls = response_class(1, version)
     topic_cls, data_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
     aborted_cls = nested(cls, "AbortedTransaction")
@@ -76,7 +76,7 @@ def _read(broker: Broker, request: Any, version: int) -> tuple[Any, int]:
 
 
 def _partition(
-    broker: Broker, topic: str, part: Any, max_bytes: int, committed: bool, *, whole_first: bool
+    broker: BrokerState, topic: str, part: Any, max_bytes: int, committed: bool, *, whole_first: bool
 ) -> dict:
     log_obj = broker.topics.log(topic, part.partition)
     if log_obj is None:

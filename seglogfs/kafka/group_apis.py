@@ -17,7 +17,7 @@ from .messages import make, nested, response_class
 from .offsets_topic import Committed, now_ms
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["CLIENT_ID", "GROUP_HANDLERS"]
 
@@ -29,7 +29,7 @@ _ZERO = timedelta(0)
 _CLIENT_HOST = "/127.0.0.1"  # loopback only
 
 
-def find_coordinator(broker: Broker, request: Any, version: int) -> Any:
+def find_coordinator(broker: BrokerState, request: Any, version: int) -> Any:
     """This node coordinates every group; transactions are not served."""
     cls = response_class(FIND_COORDINATOR, version)
     host, port = broker.advertised
@@ -46,7 +46,7 @@ def find_coordinator(broker: Broker, request: Any, version: int) -> Any:
                 port=port)
 
 
-async def join_group(broker: Broker, request: Any, version: int) -> Any:
+async def join_group(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(JOIN_GROUP, version)
     client_id = CLIENT_ID.get()
     session = request.session_timeout.total_seconds()
@@ -74,7 +74,7 @@ async def join_group(broker: Broker, request: Any, version: int) -> Any:
                 skip_assignment=False, member_id=result.member_id, members=members)
 
 
-async def sync_group(broker: Broker, request: Any, version: int) -> Any:
+async def sync_group(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(SYNC_GROUP, version)
     assignments = {a.member_id: a.assignment for a in request.assignments}
     try:
@@ -89,7 +89,7 @@ async def sync_group(broker: Broker, request: Any, version: int) -> Any:
                 protocol_name=group.protocol if group else None, assignment=assignment)
 
 
-def heartbeat(broker: Broker, request: Any, version: int) -> Any:
+def heartbeat(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(HEARTBEAT, version)
     try:
         broker.groups.heartbeat(request.group_id, request.member_id, request.generation_id)
@@ -99,7 +99,7 @@ def heartbeat(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=_ZERO, error_code=error)
 
 
-def leave_group(broker: Broker, request: Any, version: int) -> Any:
+def leave_group(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(LEAVE_GROUP, version)
     if version < 3:
         return make(cls, throttle_time=_ZERO,
@@ -113,7 +113,7 @@ def leave_group(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=_ZERO, error_code=ErrorCode.none, members=members)
 
 
-def offset_commit(broker: Broker, request: Any, version: int) -> Any:
+def offset_commit(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(OFFSET_COMMIT, version)
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
@@ -156,7 +156,7 @@ def offset_commit(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=_ZERO, topics=topics)
 
 
-def _fetched(broker: Broker, cls: type, group_id: str, topics: Any, names: tuple[str, str]) -> tuple:
+def _fetched(broker: BrokerState, cls: type, group_id: str, topics: Any, names: tuple[str, str]) -> tuple:
     topic_cls, part_cls = nested(cls, names[0]), nested(cls, names[1])
     committed = broker.offsets.committed(group_id)
     if topics is None:
@@ -179,7 +179,7 @@ def _fetched(broker: Broker, cls: type, group_id: str, topics: Any, names: tuple
     return tuple(out)
 
 
-def offset_fetch(broker: Broker, request: Any, version: int) -> Any:
+def offset_fetch(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(OFFSET_FETCH, version)
     if version >= 8:
         group_cls = nested(cls, "OffsetFetchResponseGroup")
@@ -195,7 +195,7 @@ def offset_fetch(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=_ZERO, topics=topics, error_code=ErrorCode.none)
 
 
-def list_groups(broker: Broker, request: Any, version: int) -> Any:
+def list_groups(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(LIST_GROUPS, version)
     entry = nested(cls, "ListedGroup")
     states = set(getattr(request, "states_filter", ()) or ())
@@ -207,7 +207,7 @@ def list_groups(broker: Broker, request: Any, version: int) -> Any:
     return make(cls, throttle_time=_ZERO, error_code=ErrorCode.none, groups=groups)
 
 
-def describe_groups(broker: Broker, request: Any, version: int) -> Any:
+def describe_groups(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(DESCRIBE_GROUPS, version)
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "DescribedGroupMember")
     out = []

@@ -4,8 +4,6 @@ across restarts without a file; each starts at epoch 0."""
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,25 +12,12 @@ from kio.schema.errors import ErrorCode
 from .messages import make, response_class
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
-__all__ = ["ProducerIds", "init_producer_id"]
-
-
-class ProducerIds:
-    """Unique producer ids for this data dir (time-based, strictly increasing in this process)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def next(self) -> int:
-        with self._lock:
-            self._last = max(self._last + 1, int(time.time() * 1000) << 10)
-            return self._last
+__all__ = ["init_producer_id"]
 
 
-def init_producer_id(broker: Broker, request: Any, version: int) -> Any:
+def init_producer_id(broker: BrokerState, request: Any, version: int) -> Any:
     """A new producer id at epoch 0, or an error for a transactional producer."""
     cls = response_class(22, version)
     if request.transactional_id is not None:

@@ -17,14 +17,14 @@ from .messages import make, nested, response_class
 if TYPE_CHECKING:
     from seglogfs.log import Log
 
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["list_offsets"]
 
 LATEST, EARLIEST = -1, -2
 
 
-def list_offsets(broker: Broker, request: Any, version: int) -> Any:
+def list_offsets(broker: BrokerState, request: Any, version: int) -> Any:
     """Answer every partition asked for."""
     cls = response_class(2, version)
     topic_cls, part_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")

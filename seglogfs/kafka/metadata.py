@@ -17,7 +17,7 @@ from .offsets_topic import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from seglogfs.log import Log
 
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["metadata"]
 
@@ -25,7 +25,7 @@ CLUSTER_ID = "seglogfs-seglogd-000"  # 20 characters, as Kafka's base64 cluster 
 _NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's ZERO_UUID: the topic has no id the client can use
 
 
-def metadata(broker: Broker, request: Any, version: int) -> Any:
+def metadata(broker: BrokerState, request: Any, version: int) -> Any:
     """The brokers (this one) and the topics asked for (all when ``topics`` is null)."""
     cls = response_class(3, version)
     node = broker.node_id

@@ -14,14 +14,14 @@ from .error_codes import error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .context import BrokerState
 
 __all__ = ["produce"]
 
 log = logging.getLogger("seglogfs.kafka")
 
 
-def produce(broker: Broker, request: Any, version: int) -> Any | None:
+def produce(broker: BrokerState, request: Any, version: int) -> Any | None:
     """Append every partition's batch; None for ``acks=0`` (Kafka sends no response then)."""
     cls = response_class(0, version)
     topic_cls, partition_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
@@ -38,7 +38,7 @@ def produce(broker: Broker, request: Any, version: int) -> Any | None:
     return make(cls, responses=tuple(responses), throttle_time=timedelta(0))
 
 
-def _append(broker: Broker, topic: str, partition: int, records: bytes | None, acks_valid: bool) -> dict:
+def _append(broker: BrokerState, topic: str, partition: int, records: bytes | None, acks_valid: bool) -> dict:
     failed = {"base_offset": -1, "log_append_time": None, "log_start_offset": -1}
     if not acks_valid:
         return {**failed, "error_code": ErrorCode.invalid_required_acks}
