@@ -19,6 +19,8 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)
 # The Kafka oracle (scripts/kafka-oracle.sh, docs/oracle.md) resolves Apache Kafka through Maven.
 command -v mvn >/dev/null || need_apt+=(maven)
+# The Kafka listener's tests and bench/kafka.py drive it with kcat (librdkafka's command-line client).
+command -v kcat >/dev/null || need_apt+=(kcat)
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
 [ -x /bin/kill ] || need_apt+=(procps)

@@ -77,6 +77,8 @@ _EXPORTS = {
     "ReadOnlyLogError": "errors",
     "RecordTooLargeError": "errors",
     "TimestampNotFoundError": "errors",
+    "OutOfOrderSequenceError": "errors",
+    "ProducerFencedError": "errors",
 }
 
 __all__ = [
@@ -84,7 +86,8 @@ __all__ = [
     "VALUES", "AbortedTxn", "BatchHeader", "CleanerConfig", "ConfigError", "CorruptIndexError",
     "CorruptRecordError", "Damage", "InvalidLogNameError", "InvalidRecordError", "Isolation", "Log",
     "LogConfig", "LogLock", "LogLockedError", "LogManager", "LogOfflineError", "LogSegment",
-    "OffsetOutOfRangeError", "PersistentFault", "ProducerRecord", "ReadOnlyLogError", "Record",
+    "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PersistentFault", "ProducerFencedError",
+    "ProducerRecord", "ReadOnlyLogError", "Record",
     "RecordColumns", "RecordTooLargeError", "SeglogError", "StreamFormat", "TimestampNotFoundError",
     "TimestampType", "VerifyReport", "check_new_log_name", "counted_bytes", "decode_batch_columns",
     "find_log_dirs", "find_segments", "headers_to_json", "hidden_batches", "is_log_dir",

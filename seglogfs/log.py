@@ -49,6 +49,8 @@ from .log_segments import (
     segment_index_for,
 )
 from .log_transactions import LogTransactions
+from .log_validator import check_client_batch, place_batch
+from .producer_append import RecentBatches
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .record_offsets import first_existing_offset, record_count
 from .records import (
@@ -62,6 +64,7 @@ from .records import (
     decode_record,
     encode_batch,
     encode_values,
+    read_batch_header,
 )
 from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
@@ -118,6 +121,10 @@ class Log(SegmentRemoval):
         self._offline_reason: str | None = None
         #: called (under the log's lock) when the log goes offline; the LogManager's hook
         self.on_offline: Callable[[Log], None] | None = None
+        #: called (under the log's lock, so it must not block) once appended records are visible to
+        #: readers, whoever appended them: a Kafka Fetch long poll waits on it
+        self.on_append: Callable[[Log], None] | None = None
+        self._recent_batches = RecentBatches()  # idempotent producers' last batches
 
     # ================================================================== opening
 
@@ -376,6 +383,31 @@ class Log(SegmentRemoval):
             now = clock_ms(self._clock)
             return self._append_batches(self._plan_split(items, now), now)
 
+    def append_as_leader(self, batch: bytes) -> AppendInfo:
+        """Append one record batch a Kafka client sent, as a partition leader does: checked whole
+        (:func:`~seglogfs.log_validator.check_client_batch`: CRC, records, offset deltas), placed at
+        the log end (offsets assigned; LogAppendTime stamped when the log uses it), its records kept
+        as sent, compressed or not. An idempotent producer's batch is checked against that producer's
+        state: a retried batch is not appended again (its earlier offsets are returned), an older
+        epoch raises ProducerFencedError, a sequence gap OutOfOrderSequenceError."""
+        header = check_client_batch(batch, self.name)  # the CRC and record walk, outside the lock
+        with self._lock:
+            self._check_writable()
+            duplicate = self._recent_batches.check(header, self._transactions.producer(header.producer_id))
+            if duplicate is not None:
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp)
+            now = clock_ms(self._clock)
+            placed = place_batch(
+                batch, self._next_offset, log_append_time_ms=now if self.config.log_append_time else None
+            )
+            info = self._append_batch(placed, header.records_count, now)
+            if header.producer_id >= 0:
+                final = read_batch_header(placed, 0, path=self.name)
+                assert final is not None
+                self._transactions.appended(final)
+                self._recent_batches.appended(final)
+            return info
+
     def check_append(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
         """Raise what :meth:`append_split` of ``items`` would raise for their keys and sizes (EINVAL,
         EFBIG: each batch encoded, compressed, exactly as it would be), appending nothing."""
@@ -521,6 +553,8 @@ class Log(SegmentRemoval):
         self._unflushed_messages += sum(count for _, count in batches)
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_locked()
+        if self.on_append is not None:
+            self.on_append(self)
         return infos
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:

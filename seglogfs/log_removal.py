@@ -1,6 +1,7 @@
-"""The segment removals of a :class:`~seglogfs.log.Log` (mixed into it): retention's deletions and
-the log cleaner's swaps. Removed segments are renamed ``.deleted`` at once and stay open, readable by
-a reader in the middle of one, until ``file.delete.delay.ms`` has passed."""
+"""The segment removals of a :class:`~seglogfs.log.Log` (mixed into it): retention's deletions, a
+moved log start (Kafka's DeleteRecords) and the log cleaner's swaps. Removed segments are renamed
+``.deleted`` at once and stay open, readable by a reader in the middle of one, until
+``file.delete.delay.ms`` has passed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .batch_cache import BatchCache
 from .config import LogConfig
+from .errors import OffsetOutOfRangeError, ReadOnlyLogError
 from .log_files import DELETED_SUFFIX
 from .log_segments import clock_ms
 from .log_transactions import LogTransactions
@@ -37,6 +39,7 @@ class SegmentRemoval:
     _lock: threading.RLock
     _segments: list[LogSegment]
     _start_offset: int
+    _next_offset: int
     _closed: bool
     _offline_reason: str | None
     _dirty: set[LogSegment]
@@ -73,6 +76,22 @@ class SegmentRemoval:
                 self._delete_segments(segments[:deletable], segments[deletable:], now)
             self._purge_deleted(now)
             return max(deletable, 0)
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset`` (never down; ``-1`` means
+        the end offset) and delete the segments wholly below it. Returns the new start offset.
+        OffsetOutOfRangeError for an offset past the end."""
+        with self._lock:
+            if self.read_only or self._closed:
+                raise ReadOnlyLogError(f"log {self.name} is read-only")
+            end = self._next_offset
+            target = end if offset == -1 else offset
+            if not 0 <= target <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside log {self.name} [0, {end}]")
+            self._start_offset = max(self._start_offset, target)
+            self._batch_cache.clear()
+        self.delete_old_segments(now_ms)
+        return self._start_offset
 
     def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
         """Take ``doomed`` out of the log: renamed ``.deleted``, purged after ``file.delete.delay.ms``."""
