@@ -1,17 +1,26 @@
 """Committed offsets as Kafka stores them: records of the compacted ``__consumer_offsets-<n>`` logs,
-key ``OffsetCommitKey`` v1 (group, topic, partition), value ``OffsetCommitValue`` v3 (offset, leader
-epoch, metadata, commit timestamp), a null value deleting it; the group's partition is Kafka's
-``abs(groupId.hashCode()) % 50``. Read back at start (value versions 0-4: Kafka 4 writes the flexible
-v4)."""
+key ``OffsetCommitKey`` (group, topic, partition), value ``OffsetCommitValue`` (offset, leader epoch,
+metadata, commit timestamp) in the versions Kafka 4 writes, a null value deleting it (the codec is
+the engine's :mod:`seglogfs.consumer_offsets`); the group's partition is Kafka's
+``abs(groupId.hashCode()) % 50``. Read back at start (value versions 0-4)."""
 
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass
 
 from seglogfs.config import LogConfig
+from seglogfs.consumer_offsets import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetsDecodeError,
+    UnknownRecordTypeError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from seglogfs.errors import SeglogError
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
@@ -24,7 +33,6 @@ log = logging.getLogger("seglogfs.kafka")
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions
 _OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104_857_600}  # offsets.topic.segment.bytes
-_KEY_VERSION, _VALUE_VERSION = 1, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,72 +56,32 @@ def offsets_partition(group: str, partitions: int = OFFSETS_PARTITIONS) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
-def _string(text: str) -> bytes:
-    data = text.encode()
-    return struct.pack(">h", len(data)) + data
-
-
 def commit_key(group: str, topic: str, partition: int) -> bytes:
     """``OffsetCommitKey`` v1."""
-    return struct.pack(">h", _KEY_VERSION) + _string(group) + _string(topic) + struct.pack(">i", partition)
+    return encode_key(OffsetCommitKey(group, topic, partition))
 
 
 def commit_value(committed: Committed) -> bytes:
-    """``OffsetCommitValue`` v3."""
-    return (struct.pack(">hqi", _VALUE_VERSION, committed.offset, committed.leader_epoch)
-            + _string(committed.metadata) + struct.pack(">q", committed.timestamp))
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += struct.calcsize(fmt)
-        return value
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.data[self.at]
-            self.at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def compact_string(self) -> str:
-        size = self.uvarint() - 1
-        text = self.data[self.at : self.at + max(size, 0)].decode("utf-8", "replace")
-        self.at += max(size, 0)
-        return text
-
-    def string(self) -> str:
-        size = self.take(">h")
-        text = self.data[self.at : self.at + max(size, 0)].decode("utf-8", "replace")
-        self.at += max(size, 0)
-        return text
+    """``OffsetCommitValue`` in the version Kafka 4 writes."""
+    return encode_value(OffsetCommitValue(
+        committed.offset, committed.metadata, committed.timestamp, committed.leader_epoch))
 
 
 def parse_commit(key: bytes, value: bytes | None) -> tuple[tuple[str, str, int], Committed | None] | None:
     """(group, topic, partition) and the committed offset (None: deleted) of an offsets record, None
-    for other records (group metadata)."""
-    reader = _Reader(key)
-    if reader.take(">h") not in (0, 1):
+    for other records (group metadata, KIP-848 records); OffsetsDecodeError for a damaged one."""
+    try:
+        decoded = decode_key(key)
+    except UnknownRecordTypeError:
         return None
-    where = (reader.string(), reader.string(), reader.take(">i"))
-    if value is None:
+    if not isinstance(decoded, OffsetCommitKey):
+        return None
+    where = (decoded.group, decoded.topic, decoded.partition)
+    stored = decode_value(decoded, value)
+    if stored is None:
         return where, None
-    reader = _Reader(value)
-    version = reader.take(">h")
-    if not 0 <= version <= 4:
-        raise ValueError(f"OffsetCommitValue version {version}")
-    offset = reader.take(">q")
-    epoch = reader.take(">i") if version >= 3 else -1
-    metadata = reader.compact_string() if version >= 4 else reader.string()  # 4: flexible
-    timestamp = reader.take(">q")
-    return where, Committed(offset, epoch, metadata, timestamp)
+    assert isinstance(stored, OffsetCommitValue)
+    return where, Committed(stored.offset, stored.leader_epoch, stored.metadata, stored.commit_timestamp)
 
 
 class OffsetStore:
@@ -147,7 +115,7 @@ class OffsetStore:
                         continue
                     try:
                         parsed = parse_commit(record.key, record.value)
-                    except (ValueError, IndexError, struct.error) as exc:
+                    except OffsetsDecodeError as exc:
                         log.warning("%s: offset %d: not an offset commit Kafka writes: %s",
                                     log_obj.name, record.offset, exc)
                         continue
