@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from .log_transactions import LogTransactions
 from .retention import deletable_segment_count
 from .segment import LogSegment
 from .segment_swap import replace_files, txn_index_path
+from .totals_file import totals_path
 
 __all__ = ["SegmentRemoval"]
 
@@ -100,6 +102,7 @@ class SegmentRemoval:
         # deleted before they leave the segment list: a reader finds each in one list or the other.
         pending = [(now_ms + self.config.file_delete_delay_ms, segment, []) for segment in doomed]
         self._keep_superseded(doomed)
+        _forget_totals(self.dir, doomed)
         self._pending_deletes.extend(pending)
         self._set_segments(kept)
         self._start_offset = max(self._start_offset, kept[0].base_offset)
@@ -129,6 +132,7 @@ class SegmentRemoval:
             if at + len(old) >= len(current):
                 return None  # never the active segment
             self._keep_superseded(old)
+            _forget_totals(self.dir, old)
             replace_files(self.dir, base_offset, old)
             new = self._new_segment(base_offset)
             self._set_segments([*current[:at], new, *current[at + len(old) :]])
@@ -168,3 +172,10 @@ class SegmentRemoval:
             for path in paths:
                 path.unlink(missing_ok=True)
 
+
+def _forget_totals(directory: Path, leaving: Sequence[LogSegment]) -> None:
+    """Remove the saved view totals of segments that leave the log (retention, the cleaner): a log
+    that runs for months keeps only its live segments' files, not one per segment it ever had."""
+    for segment in leaving:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(totals_path(directory, segment.base_offset))

@@ -618,3 +618,19 @@ def test_a_log_stays_in_progress_until_its_checkpoint_moved(tmp_path: Path, monk
         monkeypatch.setattr(cleaner, "_record", another_thread_then_record)
         assert manager.clean_once(clock.ms) is not None
         assert meanwhile == [None]
+
+
+def test_a_clean_leaves_no_saved_view_totals_of_the_segments_it_replaced(tmp_path: Path) -> None:
+    with open_manager(tmp_path, compact_config(segment_bytes=400), ManualClock()) as manager:
+        lg = manager.create_log("t-0")
+        for n in range(80):
+            lg.append([ProducerRecord(key=b"k%d" % (n % 4), value=b"v%05d" % n)])
+        lg.roll()
+        before = len(list(lg.dir.glob(".*.totals")))
+        lg.update_config(compact_config(segment_bytes=100_000))  # the clean groups them into one
+        while manager.clean_once() is not None:
+            pass
+        lg.delete_old_segments()  # file.delete.delay.ms 0: the replaced files go
+        live = {f".{s.base_offset:020d}.totals" for s in lg.segments}
+        left = {p.name for p in lg.dir.glob(".*.totals")}
+        assert before > len(lg.segments) and left <= live

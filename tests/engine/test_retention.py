@@ -102,3 +102,18 @@ def test_deletable_count_is_the_most_any_policy_allows(tmp_path):
     assert deletable_segment_count(log.segments, compact, 0, now, log.name) == 0  # no deletes...
     assert deletable_segment_count(log.segments, compact, log.segments[1].base_offset, now, log.name) == 1
     log.close()
+
+
+def test_segments_retention_deletes_leave_no_saved_view_totals(tmp_path):
+    # each sealed segment's view totals are saved beside it (.<base>.totals): a log under retention
+    # must keep those of its live segments only, not one file per segment it ever had
+    clock = ManualClock()
+    with open_log(tmp_path / "t", config(segment_bytes=400, file_delete_delay_ms=0), clock=clock) as lg:
+        for n in range(60):
+            lg.append([ProducerRecord(value=b"v%05d" % n + b"x" * 100)])
+        lg.flush()
+        assert len(list(lg.dir.glob(".*.totals"))) > 10
+        lg.update_config(config(segment_bytes=400, file_delete_delay_ms=0, retention_bytes=800))
+        assert lg.delete_old_segments() > 10
+        live = {f".{s.base_offset:020d}.totals" for s in lg.segments}
+        assert {p.name for p in lg.dir.glob(".*.totals")} <= live
