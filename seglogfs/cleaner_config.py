@@ -101,7 +101,7 @@ class CleanerConfig:
     @property
     def map_bytes_per_thread(self) -> int:
         """The memory of one cleaner thread (Kafka's dedupe buffer / threads): its offset map and, when
-        the budget is large enough, its read windows too (``seglogfs.log_cleaner.Cleaner``)."""
+        the budget is large enough, its read windows too (``seglogfs.cleaner.Cleaner``)."""
         return self.dedupe_buffer_size // max(self.threads, 1)
 
     @property

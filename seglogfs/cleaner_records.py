@@ -18,7 +18,7 @@ transaction keeps none, a transaction marker keeps its record until it may go
   each source segment (so that a cleaned segment ends at the same offset as the segments it
   replaces).
 
-Legacy (v0/v1) batches are copied untouched (see ``seglogfs.log_cleaner``). Their records may be older
+Legacy (v0/v1) batches are copied untouched (see ``seglogfs.cleaner``). Their records may be older
 versions of a tombstone's key that the cleaner never removes: a tombstone after such a batch stays past
 its delete horizon (dropping it would bring the untouched record back as the key's latest).
 """

@@ -288,7 +288,7 @@ class LogConfig:
 
     Defaults are Kafka's. ``flush_messages`` and ``flush_ms`` default to Long.MAX_VALUE, which means
     "never flush by count/time, leave it to the OS". ``cleanup_policy`` ``compact`` makes the log
-    cleaner (``seglogfs.log_cleaner``) keep the latest record per key, driven by
+    cleaner (``seglogfs.cleaner``) keep the latest record per key, driven by
     ``min_cleanable_dirty_ratio``, ``min_compaction_lag_ms``, ``max_compaction_lag_ms`` and
     ``delete_retention_ms`` (how long tombstones survive); a compacted log is exempt from time/size
     retention unless ``delete`` is listed too, as in Kafka.

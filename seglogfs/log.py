@@ -22,11 +22,11 @@ import numpy as np
 
 from .batch_cache import BatchCache
 from .batch_split import BatchEncoder, batch_encoder, largest_single_value, split_into_batches
-from .checkpoint import fsync_dir
 from .cleaner_transactions import ProducerLastBatch
 from .compression import Compression
 from .config import LogConfig
 from .descriptor_budget import BUDGET
+from .durable_files import fsync_dir
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -40,14 +40,7 @@ from .lock import LogLock
 from .log_files import parse_log_dir_name, validate_log_name
 from .log_loader import LogLoader
 from .log_removal import SegmentRemoval
-from .log_segments import (
-    clock_ms,
-    discard_new_segment,
-    iter_checked_batches,
-    link_segments,
-    new_segment,
-    segment_index_for,
-)
+from .log_segments import LogSegments, segment_index_for
 from .log_transactions import LogTransactions
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .records import (
@@ -65,6 +58,7 @@ from .records import (
 from .records.encode import KeyedValues, encode_keyed_values
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
+from .timestamps import clock_ms
 from .totals_counter import counter, progress
 from .totals_file import load as load_totals
 from .totals_file import save as save_totals
@@ -98,8 +92,7 @@ class Log(SegmentRemoval):
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._removals = 0
+        self._segments = LogSegments(self.dir, config, writable=not read_only, clock=clock)
         self._next_offset = 0
         self._start_offset = 0
         self.recovery_point = 0
@@ -158,9 +151,9 @@ class Log(SegmentRemoval):
             log_obj._owner_lock.acquire()
         before = _dir_stamp(directory)
         try:
-            loader = LogLoader(directory, log_obj.config, read_only=read_only, clock=clock)
+            loader = LogLoader(directory, log_obj.config, log_obj._segments, read_only=read_only)
             loaded = loader.load(recovery_point, log_start_offset, clean_shutdown)
-            log_obj._set_segments(loaded.segments)
+            log_obj._segments.replace(loaded.segments)
             log_obj._next_offset = loaded.next_offset
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
@@ -178,29 +171,18 @@ class Log(SegmentRemoval):
             changed = not clean_shutdown or _dir_stamp(directory) != before
             log_obj._segment_created = not read_only and changed
         except BaseException:
-            for segment in log_obj._segments:
+            for segment in log_obj._segments.all:
                 segment.close(trim=False)
             log_obj._release()
             raise
         counter().watch(log_obj)
         return log_obj
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
-
     def release_files(self) -> None:
         """Close the descriptors of the segments not in use now; they reopen on their next use."""
-        for segment in self._segments:
+        for segment in self._segments.all:
             if segment.release_files():
                 BUDGET.forget(segment)
-
-    def _set_segments(self, segments: list[LogSegment]) -> None:
-        # Copy-on-write: readers hold on to whichever list they fetched.
-        old, kept = self._segments, set(segments)
-        self._segments = list(segments)
-        link_segments(segments)
-        if any(segment not in kept for segment in old):
-            self._removals += 1  # after the new list is out: see `removals`
 
     def _release(self) -> None:
         if self._owner_lock is not None:
@@ -225,7 +207,7 @@ class Log(SegmentRemoval):
         new segment list is out, so an answer computed between two equal counts read before and after
         comes from a list no older than the first count: a cache of reads keeps it only while the
         count stays the same."""
-        return self._removals
+        return self._segments.removals
 
     @property
     def closed(self) -> bool:
@@ -240,17 +222,17 @@ class Log(SegmentRemoval):
     @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first (a snapshot)."""
-        return self._segments
+        return self._segments.all
 
     @property
     def active_segment(self) -> LogSegment:
         """The newest segment, the one appends go to."""
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def size_bytes(self) -> int:
         """The bytes of every segment's .log together."""
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self._segments.all)
 
     @property
     def first_timestamp(self) -> int | None:
@@ -271,7 +253,7 @@ class Log(SegmentRemoval):
     @property
     def last_timestamp(self) -> int | None:
         """The largest timestamp in the log, or None when no batch carries one."""
-        for segment in reversed(self._segments):
+        for segment in reversed(self._segments.all):
             if segment.max_timestamp >= 0:
                 return segment.max_timestamp
             last = segment.last_intact_batch()
@@ -283,11 +265,11 @@ class Log(SegmentRemoval):
         """What the mount's ``info`` file shows. Read again when retention purged a segment while it
         was being read (its descriptor closed under the read: EBADF, or its file gone: ENOENT)."""
         while True:
-            removals = self._removals
+            removals = self._segments.removals
             try:
                 return self._info()
             except OSError:
-                if self._removals == removals:
+                if self._segments.removals == removals:
                     raise
 
     def _info(self) -> dict:
@@ -298,7 +280,7 @@ class Log(SegmentRemoval):
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "records": self._record_count(),
-            "segments": len(self._segments),
+            "segments": len(self._segments.all),
             "bytes": self.size_bytes,
             "first_timestamp": self.first_timestamp,
             "last_timestamp": self.last_timestamp,
@@ -445,7 +427,7 @@ class Log(SegmentRemoval):
             if self.read_only or self._closed or self._offline_reason is not None:
                 return self._offline_reason
             try:
-                reason = self._segments[-1].vanished()
+                reason = self._segments.active.vanished()
             except OSError as exc:  # EACCES, EIO...: nothing can vouch for the files
                 reason = f"its files cannot be checked: {exc}"
             if reason is not None:
@@ -525,7 +507,7 @@ class Log(SegmentRemoval):
         return infos
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:
-        active = self._segments[-1]
+        active = self._segments.active
         cfg = self.config
         segment_ms = cfg.segment_ms
         if "compact" in cfg.cleanup_policy:  # Kafka: a compacted log rolls by max.compaction.lag.ms too
@@ -546,25 +528,25 @@ class Log(SegmentRemoval):
         with self._lock:
             self._check_writable()
             self._require_files()  # never new files in a directory that replaced the log's
-            active = self._segments[-1]
+            active = self._segments.active
             if active.size == 0 and active.base_offset == self._next_offset:
                 # Its indexes may have stayed small when the disk was full at load: grow them now.
                 active.resize_indexes(self.config.segment_index_bytes)
                 return active
             # The new segment and its preallocated indexes first: when the disk has no room for them,
             # the roll fails (ENOSPC) with nothing changed, and the next append tries again.
-            new = self._new_segment(self._next_offset)
+            new = self._segments.new_segment(self._next_offset)
             try:
                 new.resize_indexes(self.config.segment_index_bytes)
                 active.on_become_inactive()
                 active.flush()  # Kafka flushes the sealed segment right after a roll
             except BaseException:
-                discard_new_segment(new)
+                LogSegments.discard_new(new)
                 raise
             self._dirty.discard(active)
             if active.release_files():  # sealed: reopened when read
                 BUDGET.forget(active)
-            self._set_segments([*self._segments, new])
+            self._segments.replace([*self._segments.all, new])
             self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
             self.save_sealed_totals(active)
@@ -631,7 +613,7 @@ class Log(SegmentRemoval):
     def lookup(self, offset: int) -> tuple[LogSegment, BatchHeader]:
         """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
         self._check_range(offset)
-        segments = self._segments
+        segments = self._segments.all
         i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
@@ -701,7 +683,7 @@ class Log(SegmentRemoval):
         """
         start = self._start_offset if start is None else max(start, self._start_offset)
         end_offset = self._next_offset if end is None else min(end, self._next_offset)
-        return iter_checked_batches(self._segments, start, end_offset)
+        return self._segments.iter_checked_batches(start, end_offset)
 
     def iter_records(
         self, start: int | None = None, end: int | None = None, *, isolation: Isolation = READ_UNCOMMITTED
@@ -732,12 +714,14 @@ class Log(SegmentRemoval):
     def hidden_batch(self) -> Callable[[BatchHeader], bool]:
         """``hidden(header)``: True for a data batch of an aborted transaction, which a read_committed
         reader never sees (what lies at or past :attr:`last_stable_offset` is the caller's to leave out)."""
-        return self._transactions.hides(self._segments, self._start_offset, self._next_offset, self._removals)
+        segments = self._segments
+        start, end = self._start_offset, self._next_offset
+        return self._transactions.hides(segments.all, start, end, segments.removals)
 
     def has_aborted_transactions(self) -> bool:
         """True when the log holds an aborted transaction (a read_committed reader then skips some)."""
-        segments, start, end = self._segments, self._start_offset, self._next_offset
-        return self._transactions.has_aborted(segments, start, end, self._removals)
+        segments, start, end = self._segments.all, self._start_offset, self._next_offset
+        return self._transactions.has_aborted(segments, start, end, self._segments.removals)
 
     def last_batches_of_producers(self) -> dict[int, ProducerLastBatch]:
         """Each known producer's last batch, as the producer state has it (Kafka's
@@ -748,7 +732,7 @@ class Log(SegmentRemoval):
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets [start, end), by first offset (from the
         segments' ``.txnindex`` files)."""
-        return self._transactions.aborted(self._segments, start, end)
+        return self._transactions.aborted(self._segments.all, start, end)
 
     def offset_for_timestamp(self, timestamp_ms: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int:
         """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``;
@@ -768,8 +752,8 @@ class Log(SegmentRemoval):
         return visible
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
-        for segment in self._segments:
-            if segment.max_timestamp < timestamp_ms and segment is not self._segments[-1]:
+        for segment in self._segments.all:
+            if segment.max_timestamp < timestamp_ms and segment is not self._segments.active:
                 continue
             found = find_offset_by_timestamp(segment, timestamp_ms, self._start_offset, self._batch_cache)
             if found is not None:
@@ -781,8 +765,8 @@ class Log(SegmentRemoval):
     def update_config(self, config: LogConfig) -> None:
         """Apply new settings live (they take effect for the next append, roll and retention run)."""
         with self._lock:
-            self.config = config
-            for segment in self._segments:
+            self.config = self._segments.config = config
+            for segment in self._segments.all:
                 segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self) -> None:
@@ -795,13 +779,13 @@ class Log(SegmentRemoval):
                 self._flush_locked()
                 snapshot_failed = self._transactions.close_snapshot(self._next_offset)
             counter().unwatch(self)
-            active = self._segments[-1]
-            for segment in self._segments:
+            active = self._segments.active
+            for segment in self._segments.all:
                 segment.close(trim=segment is active and not self.read_only)
             self._purge_deleted(2**62)
             if not self.read_only:
                 try:
-                    save_totals(self.dir, self._segments)
+                    save_totals(self.dir, self._segments.all)
                 except OSError as exc:  # the next open counts them again
                     log.warning("%s: the view totals were not saved: %s", self.name, exc)
             self._closed = True
@@ -818,7 +802,7 @@ class Log(SegmentRemoval):
             if self._closed:
                 return
             self._closed = True
-            for segment in self._segments:
+            for segment in self._segments.all:
                 with contextlib.suppress(OSError):
                     segment.close(trim=False)
             self._release()

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from .batch_cache import BatchCache
 from .config import LogConfig
 from .log_files import DELETED_SUFFIX
-from .log_segments import clock_ms
+from .log_segments import LogSegments
 from .log_transactions import LogTransactions
 from .retention import deletable_segment_count
 from .segment import LogSegment
 from .segment_swap import replace_files, txn_index_path
+from .timestamps import clock_ms
 
 __all__ = ["SegmentRemoval"]
 
@@ -34,7 +35,7 @@ class SegmentRemoval:
     read_only: bool
     _clock: Callable[[], float]
     _lock: threading.RLock
-    _segments: list[LogSegment]
+    _segments: LogSegments
     _start_offset: int
     _closed: bool
     _offline_reason: str | None
@@ -46,8 +47,6 @@ class SegmentRemoval:
     if TYPE_CHECKING:
 
         def roll(self) -> LogSegment: ...
-        def _new_segment(self, base_offset: int) -> LogSegment: ...
-        def _set_segments(self, segments: list[LogSegment]) -> None: ...
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Kafka's retention: by time, by size and by log start offset (:mod:`seglogfs.retention`).
@@ -59,7 +58,7 @@ class SegmentRemoval:
             return 0
         now = clock_ms(self._clock) if now_ms is None else now_ms
         with self._lock:
-            segments = self._segments
+            segments = self._segments.all
             deletable = deletable_segment_count(segments, self.config, self._start_offset, now, self.name)
             # Never delete the last segment when it is empty; if all would go, roll first (as Kafka).
             if deletable >= len(segments):
@@ -67,7 +66,7 @@ class SegmentRemoval:
                     deletable = len(segments) - 1
                 else:
                     self.roll()
-                    segments = self._segments
+                    segments = self._segments.all
             if deletable > 0:
                 self._delete_segments(segments[:deletable], segments[deletable:], now)
             self._purge_deleted(now)
@@ -80,7 +79,7 @@ class SegmentRemoval:
         # deleted before they leave the segment list: a reader finds each in one list or the other.
         pending = [(now_ms + self.config.file_delete_delay_ms, segment, []) for segment in doomed]
         self._pending_deletes.extend(pending)
-        self._set_segments(kept)
+        self._segments.replace(kept)
         self._start_offset = max(self._start_offset, kept[0].base_offset)
         self._batch_cache.clear()
         try:
@@ -99,7 +98,7 @@ class SegmentRemoval:
         None, with nothing changed, when ``old`` is no longer part of the log (retention deleted some
         of them meanwhile) or the log is closed or offline: the caller discards the ``.cleaned`` files."""
         with self._lock:
-            current = self._segments
+            current = self._segments.all
             at = next((i for i, s in enumerate(current) if s is old[0]), None)
             if self._closed or self._offline_reason is not None:
                 return None
@@ -108,8 +107,8 @@ class SegmentRemoval:
             if at + len(old) >= len(current):
                 return None  # never the active segment
             replace_files(self.dir, base_offset, old)
-            new = self._new_segment(base_offset)
-            self._set_segments([*current[:at], new, *current[at + len(old) :]])
+            new = self._segments.new_segment(base_offset)
+            self._segments.replace([*current[:at], new, *current[at + len(old) :]])
             due = now_ms + self.config.file_delete_delay_ms
             for segment in old:  # open until purged: a reader in the middle of one finishes it
                 # txn_index_path follows the renamed .log: <base>.txnindex.deleted

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from .checkpoint import atomic_write, fsync_dir
+from .durable_files import atomic_write, fsync_dir
 from .errors import CorruptRecordError, ReadOnlyLogError, SeglogError
 from .log_files import PRODUCER_SNAPSHOT_SUFFIX, parse_offset_file_name, segment_file_name
 from .records import BatchHeader, Compression, decode_batch_all, decode_record, records_area
@@ -57,7 +57,7 @@ _CRC_START = 6
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _MARKER_KEY = struct.Struct(">hh")  # version, control type
 _MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
-# A snapshot being written (checkpoint.atomic_write's temp name): its suffix is ".snapshot.tmp", so no
+# A snapshot being written (durable_files.atomic_write's temp name): its suffix is ".snapshot.tmp", so no
 # snapshot listing (ours, Kafka's: the name must end in ".snapshot") ever takes it for a snapshot.
 _TEMP_NAME = re.compile(r"\d+\.snapshot\.tmp")
 
