@@ -386,16 +386,22 @@ class Log(SegmentRemoval):
         )
 
     def _check_keys(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
-        """A compacted log takes only keyed records, as a broker refuses others (InvalidRecordError)."""
         if "compact" not in self.config.cleanup_policy or isinstance(items, KeyedValues):
             return
         for i, item in enumerate(items):
             if not isinstance(item, ProducerRecord) or item.key is None:
-                policy = ",".join(self.config.cleanup_policy)
-                raise InvalidRecordError(
-                    f"log {self.name} is compacted (cleanup.policy={policy}): record {i} has no key, "
-                    "and compaction keeps records by key"
-                )
+                self.refuse_keyless(f"record {i}")
+
+    def refuse_keyless(self, what: str) -> None:
+        """A compacted log takes only keyed records, as a broker refuses others: InvalidRecordError
+        saying that ``what`` (a record, or what a writer sends) has no key; nothing when the log is
+        not compacted."""
+        policy = self.config.cleanup_policy
+        if "compact" in policy:
+            raise InvalidRecordError(
+                f"log {self.name} is compacted (cleanup.policy={','.join(policy)}): {what} has no key, "
+                "and compaction keeps records by key"
+            )
 
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)

@@ -136,7 +136,8 @@ class ByOffsetDir(Listing):
 
     def readdir(self, node: Node) -> list[DirEntry]:
         lg = self.ctx.log(node)
-        runs = newest_offsets(lg, lg.config.fs_listing_limit, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
+        config = self.ctx.configs.of(lg.name)
+        runs = newest_offsets(lg, config.listing_limit, isolation=config.isolation)
         return [*_DOTS, *((str(n), stat.S_IFREG, 0) for run in runs for n in run)]
 
 
@@ -171,7 +172,7 @@ class AppendFile(FileKind):
         if fi.flags & os.O_ACCMODE != os.O_WRONLY:
             raise fail(errno.EACCES)  # append files are write-only
         fi.direct_io = 1  # no page cache: every write reaches us, st_size stays 0
-        return self.appender(node, lg)
+        return self.appender(node, lg, self.ctx.configs)
 
 
 # ---------------------------------------------------------------- read-only files
@@ -235,9 +236,8 @@ class TimeLink(ReadOnlyFile):
     def readlink(self, node: Node) -> str:
         return self._target(self.ctx.log(node), node)
 
-    @staticmethod
-    def _target(lg: Log, node: Node) -> str:
-        offset = lg.offset_for_timestamp(node.number, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
+    def _target(self, lg: Log, node: Node) -> str:
+        offset = lg.offset_for_timestamp(node.number, isolation=self.ctx.configs.of(lg.name).isolation)
         return f"../by-offset/{offset}"
 
 
@@ -280,6 +280,7 @@ class InfoFile(ReadOnlyFile):
 
     def _info(self, lg: Log) -> bytes:
         info = {"name": lg.name, "topic": lg.topic, "partition": lg.partition, **lg.info()}
+        info["config"] = {**info["config"], **self.ctx.configs.of(lg.name).to_dict()}  # the mount's own
         with contextlib.suppress(KeyError):  # the log went away since it was found: nothing to add
             info["cleaner"] = self.ctx.manager.cleaner_state(lg.name)
         return (json.dumps(info, indent=2, sort_keys=False, default=str) + "\n").encode()
