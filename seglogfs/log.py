@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,7 @@ from .records import (
     encode_values,
 )
 from .records.encode import KeyedValues, encode_keyed_values
+from .retention import deletable_segment_count
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
 from .timestamps import clock_ms
@@ -78,8 +80,9 @@ class AppendInfo:
     max_timestamp: int
 
 
-class Log(SegmentRemoval):
-    """One log directory. Open it with :meth:`Log.open`."""
+class Log:
+    """One log directory. Open it with :meth:`Log.open`. Its segments are a :class:`LogSegments`;
+    those leaving it go through its :class:`~seglogfs.log_removal.SegmentRemoval`."""
 
     def __init__(
         self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]
@@ -102,7 +105,7 @@ class Log(SegmentRemoval):
         # a segment file was created since the last flush: the flush fsyncs the directory too, as
         # Kafka's LocalLog.flush does, or a crash could lose the new file's name with its data
         self._segment_created = not read_only
-        self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
+        self._removal = SegmentRemoval(self.name, self._segments)
         self._owner_lock: LogLock | None = None
         self._batch_cache = BatchCache()
         self._transactions = LogTransactions(self.dir, read_only=read_only)
@@ -261,7 +264,7 @@ class Log(SegmentRemoval):
                 return last.max_timestamp
         return None
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """What the mount's ``info`` file shows. Read again when retention purged a segment while it
         was being read (its descriptor closed under the read: EBADF, or its file gone: ENOENT)."""
         while True:
@@ -272,7 +275,7 @@ class Log(SegmentRemoval):
                 if self._segments.removals == removals:
                     raise
 
-    def _info(self) -> dict:
+    def _info(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "topic": self.topic,
@@ -574,6 +577,67 @@ class Log(SegmentRemoval):
                 name = segment.log_path.name
                 log.warning("%s: the view totals of %s were not saved: %s", self.name, name, exc)
 
+    # ================================================================== removing segments
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Kafka's retention: by time, by size and by log start offset (:mod:`seglogfs.retention`).
+        Returns the number of segments deleted.
+
+        Deleted segments are renamed ``.deleted`` at once and removed after ``file.delete.delay.ms``.
+        """
+        if self.read_only or self._closed:
+            return 0
+        now = clock_ms(self._clock) if now_ms is None else now_ms
+        with self._lock:
+            segments = self._segments.all
+            deletable = deletable_segment_count(segments, self.config, self._start_offset, now, self.name)
+            # Never delete the last segment when it is empty; if all would go, roll first (as Kafka).
+            if deletable >= len(segments):
+                if segments[-1].size == 0:
+                    deletable = len(segments) - 1
+                else:
+                    self.roll()
+                    segments = self._segments.all
+            if deletable > 0:
+                self._delete_segments(segments[:deletable], segments[deletable:], now)
+            self._removal.purge(now)
+            return max(deletable, 0)
+
+    def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
+        self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)
+        self._start_offset = max(self._start_offset, kept[0].base_offset)
+        self._batch_cache.clear()
+        try:
+            self._transactions.forget_snapshots_below(kept[0].base_offset)
+        except OSError as exc:  # a snapshot left behind is harmless: the next load drops it
+            log.warning("%s: old producer snapshots not deleted: %s", self.name, exc)
+        self._dirty.difference_update(doomed)
+
+    def replace_segments(self, old: Sequence[LogSegment], base_offset: int, now_ms: int) -> LogSegment | None:
+        """Swap in the cleaned segment at ``base_offset`` (its ``.cleaned`` files written and fsync'd)
+        for the consecutive segments ``old`` (:mod:`seglogfs.segment_swap`); readers see either list.
+        None, with nothing changed, when ``old`` is no longer part of the log (retention deleted some
+        of them meanwhile) or the log is closed or offline: the caller discards the ``.cleaned`` files."""
+        with self._lock:
+            current = self._segments.all
+            at = next((i for i, s in enumerate(current) if s is old[0]), None)
+            if self._closed or self._offline_reason is not None:
+                return None
+            if at is None or any(a is not b for a, b in zip(current[at:], old, strict=False)):
+                return None
+            if at + len(old) >= len(current):
+                return None  # never the active segment
+            new = self._removal.replace(old, at, base_offset, now_ms + self.config.file_delete_delay_ms)
+            self._dirty.difference_update(old)
+            self._batch_cache.clear()
+            return new
+
+    @property
+    def deleted_segments(self) -> list[LogSegment]:
+        """Segments retention deleted whose files (renamed ``.deleted``) are kept until
+        ``file.delete.delay.ms`` has passed, oldest first: a reader in the middle of one may finish it."""
+        return self._removal.deleted_segments
+
     # ================================================================== flushing
 
     def flush(self) -> None:
@@ -788,7 +852,7 @@ class Log(SegmentRemoval):
             active = self._segments.active
             for segment in self._segments.all:
                 segment.close(trim=segment is active and not self.read_only)
-            self._purge_deleted(2**62)
+            self._removal.purge(2**62)
             if not self.read_only:
                 try:
                     save_totals(self.dir, self._segments.all)
