@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing (idempotent), lints, then runs pytest.
+# The test command: installs what is missing (idempotent), lints, type-checks, then runs pytest.
 # Arguments go to pytest, e.g. `./scripts/test.sh tests/test_config.py -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
 .venv/bin/ruff check .
+.venv/bin/mypy  # strict on the engine; config in pyproject.toml
 exec .venv/bin/pytest "$@"

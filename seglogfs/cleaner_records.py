@@ -228,7 +228,7 @@ def scan_window(window: Window, path: object) -> ScannedWindow:
     )
     firsts = np.cumsum(counts) - counts
     scanned = np.empty(ROWS * int(counts.sum()), dtype=np.int64)
-    blocks = memoryview(scanned)
+    blocks = scanned.data  # a memoryview of it
     bases = np.zeros(len(headers), dtype=np.int64)  # where each batch's records lie in ``buffer``
     extra: list[bytes] = []
     extra_size = len(window.chunk)
@@ -325,7 +325,8 @@ def filter_window(
     for i in np.flatnonzero(stays).tolist():
         header = headers[i]
         kept = int(kept_counts[i])
-        if window.areas[i] is None or (kept == header.records_count and not needs_horizon[i]):
+        area = window.areas[i]
+        if area is None or (kept == header.records_count and not needs_horizon[i]):
             out.append(CleanedBatch(source.data(header), header.last_offset, header.max_timestamp))
             stats.records_kept += kept
             stats.batches_kept += 1
@@ -335,12 +336,10 @@ def filter_window(
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
             horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon[i] else None
-            rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
+            rebuilt = _rebuilt(header, area, window.fields(i), rows, horizon)
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
                 data = source.data(header)
-                rebuilt = _within_limit(
-                    header, data, window.areas[i], window.fields(i), rows, max_batch_bytes, path
-                )  # type: ignore[arg-type]
+                rebuilt = _within_limit(header, data, area, window.fields(i), rows, max_batch_bytes, path)
                 kept = rebuilt.records_count
             out.append(rebuilt)
         else:

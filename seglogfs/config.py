@@ -33,6 +33,7 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from seglogfs.cleaner_config import CLEANER_CONFIG_NAMES
 from seglogfs.config_units import (
@@ -390,7 +391,8 @@ class LogConfig:
             if previous is None or rank < previous[0]:
                 chosen[field.attr] = (rank, key, value, parsed)
         try:
-            return dataclasses.replace(base, **{attr: c[3] for attr, c in chosen.items()})
+            changes: dict[str, Any] = {attr: c[3] for attr, c in chosen.items()}
+            return dataclasses.replace(base, **changes)
         except ConfigError as err:
             # Name the key and value as the user wrote them, not the canonical name and parsed value.
             for attr, (_, key, value, _) in chosen.items():

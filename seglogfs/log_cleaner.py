@@ -230,7 +230,7 @@ class LogCleaner:
         """The log's ``cleaner-offset-checkpoint`` entry (None when it has none)."""
         return self._checkpoints.get((lg.topic, lg.partition))
 
-    def state(self, lg: Log, now_ms: int | None = None) -> dict:
+    def state(self, lg: Log, now_ms: int | None = None) -> dict[str, object]:
         """The log's cleaning state, JSON-ready (for ``info``)."""
         now = int(self._clock() * 1000) if now_ms is None else now_ms
         state = self._state(lg.name)

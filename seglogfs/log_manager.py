@@ -344,7 +344,7 @@ class LogManager:
             return None
         return self.cleaner.clean_once(now_ms)
 
-    def cleaner_state(self, name: str) -> dict:
+    def cleaner_state(self, name: str) -> dict[str, object]:
         """Log ``name``'s compaction state, JSON-ready: dirty_ratio, cleanable, first_dirty_offset,
         last_clean_ms, passes, bytes_in, bytes_out, records_removed (KeyError for no such log)."""
         return self.cleaner.state(self._logs[name])

@@ -195,9 +195,13 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"snapshot {path} holds {len(data)} bytes for {count} entries")
     entries = []
-    for fields in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size :]):
-        *known, txn_first = fields
-        entries.append(ProducerStateEntry(*known, None if txn_first < 0 else txn_first))
+    for producer_id, epoch, sequence, last_offset, delta, timestamp, coordinator_epoch, txn_first in (
+        _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size :])
+    ):
+        first = None if txn_first < 0 else txn_first
+        entries.append(ProducerStateEntry(
+            producer_id, epoch, sequence, last_offset, delta, timestamp, coordinator_epoch, first
+        ))
     return entries
 
 

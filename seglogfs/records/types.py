@@ -3,10 +3,12 @@ DecodedRecord, RecordColumns, RecordBounds)."""
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import repeat
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,10 @@ if TYPE_CHECKING:
     from .batch_header import BatchHeader
 
 Header = tuple[str, bytes | None]
+#: what the codec reads batches from: a file's bytes, a view of them, or the file mapped
+ByteSource = bytes | bytearray | memoryview | mmap.mmap
+#: the file named in errors (None: none)
+Where = str | Path | None
 
 
 class TimestampType(IntEnum):
