@@ -72,6 +72,8 @@ class MountContext:
 
     def log(self, node: Node) -> Log:
         """The log ``node`` belongs to: ENOENT when there is none, EIO when it is offline."""
+        if node.log is None:
+            raise fail(errno.ENOENT)
         try:
             return self.manager.get(node.log)
         except KeyError:
