@@ -70,7 +70,7 @@ def engine_measures(data_dir: Path) -> dict[str, dict[str, float]]:
     """Log.read and stream reads of both logs, in this process (whatever seglogfs it imports)."""
     from seglogfs.config import LogConfig
     from seglogfs.log_manager import LogManager
-    from seglogfs.value_stream import ValueStream
+    from seglogfs.views.value_stream import ValueStream
 
     out: dict[str, dict[str, float]] = {}
     cfg = LogConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": "4MiB"})

@@ -30,7 +30,7 @@ from fuse import start_daemon, stop_daemon  # noqa: E402  (bench/fuse.py: one re
 from seglogfs.config import LogConfig  # noqa: E402
 from seglogfs.log import Log  # noqa: E402
 from seglogfs.stream_format import JSON_LINES  # noqa: E402
-from seglogfs.value_stream import ValueStream  # noqa: E402
+from seglogfs.views.value_stream import ValueStream  # noqa: E402
 
 Row = tuple[str, str, str]
 CHUNK = 128 * 1024  # what the kernel asks a FUSE file for at a time

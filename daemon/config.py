@@ -44,9 +44,11 @@ import yaml
 
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
+from seglogfs.config_units import count_value, size_value
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
 from seglogfs.fs.mount_config import MOUNT_CONFIG_NAMES, MountLogConfig
+from seglogfs.kafka.listener_config import ListenerConfig, parse_listener
 from seglogfs.log_files import check_new_log_name, parse_log_dir_name
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
@@ -54,8 +56,12 @@ __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
 # The embedded default, in the checkout next to the daemon package.
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "seglogfs.yaml"
 
-_TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs")
+_TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs", "kafka")
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
+_KAFKA_KEYS = (
+    "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
+    "auto.create.topics.enable", "num.partitions",
+)
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
 
@@ -82,6 +88,7 @@ class DaemonConfig:
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     mount_defaults: MountLogConfig = field(default_factory=MountLogConfig)
     mount_logs: dict[str, MountLogConfig] = field(default_factory=dict)
+    kafka: ListenerConfig | None = None  # the Kafka listener; None: off
 
     def log_config(self, name: str) -> LogConfig:
         """The config of log ``name``: its own if configured, else the defaults."""
@@ -288,6 +295,42 @@ def _fuse_settings(settings: _Settings) -> tuple[bool, Access]:
         raise settings.fail("fuse.write", write.value, str(err)) from None
 
 
+def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
+    """``kafka:``: the Kafka wire-protocol listener, off when the section is absent."""
+    if "kafka" not in settings.document:
+        return None
+    kafka = settings.mapping("kafka", settings.document.get("kafka"))
+    for key in kafka:
+        if key not in _KAFKA_KEYS:
+            expected = f"unknown setting; expected one of {', '.join(_KAFKA_KEYS)}"
+            raise settings.fail(f"kafka.{key}", kafka[key], expected)
+    if "listeners" not in kafka:
+        raise settings.fail("kafka.listeners", None, "required setting is missing, e.g. PLAINTEXT://127.0.0.1:9092")
+    try:
+        listener = parse_listener("listeners", kafka["listeners"])
+        advertised = kafka.get("advertised.listeners")
+        values: dict = {"listener": listener}
+        if advertised is not None:
+            values["advertised"] = parse_listener("advertised.listeners", advertised)
+        if "node.id" in kafka:
+            values["node_id"] = count_value(kafka["node.id"], "node.id")
+        if "socket.request.max.bytes" in kafka:
+            key = "socket.request.max.bytes"
+            values["max_request_bytes"] = size_value(kafka[key], key)
+        if "max.connections" in kafka:
+            values["max_connections"] = count_value(kafka["max.connections"], "max.connections")
+        if "auto.create.topics.enable" in kafka:
+            values["auto_create_topics"] = settings.boolean(
+                "kafka.auto.create.topics.enable", kafka["auto.create.topics.enable"]
+            )
+        if "num.partitions" in kafka:
+            values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
+        return ListenerConfig(**values)
+    except ConfigError as err:
+        key = err.key if err.key.startswith("kafka.") else f"kafka.{err.key}"
+        raise settings.fail(key, err.value, err.reason) from None
+
+
 def _log_settings(
     settings: _Settings, defaults: LogConfig, mount_defaults: MountLogConfig
 ) -> tuple[dict[str, LogConfig], dict[str, dict], dict[str, MountLogConfig]]:
@@ -330,6 +373,7 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
     cleaner = settings.cleaner_config(defaults_mapping)
     mount_defaults = settings.mount_config("defaults", defaults_mapping, None)
     logs, overrides, mount_logs = _log_settings(settings, defaults, mount_defaults)
+    kafka = _kafka_settings(settings)
     return DaemonConfig(
         data_dir=data_dir,
         mount_point=mount_point,
@@ -342,6 +386,7 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         cleaner=cleaner,
         mount_defaults=mount_defaults,
         mount_logs=mount_logs,
+        kafka=kafka,
         source=Path(os.path.abspath(source)) if str(source) != "<string>" else source,
     )
 

@@ -29,6 +29,7 @@ from seglogfs.fs.mount import (
 )
 from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.operations import SeglogOperations
+from seglogfs.kafka import KafkaListener
 from seglogfs.log_manager import LogManager
 
 if TYPE_CHECKING:  # mfusepy only after seglogfs.fs has chosen libfuse3; watchdog only when watched
@@ -75,6 +76,7 @@ class Daemon:
         self.config: DaemonConfig | None = None
         self.manager: LogManager | None = None
         self.ops: SeglogOperations | None = None
+        self.kafka: KafkaListener | None = None
         self.mount_point: Path | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
@@ -105,6 +107,15 @@ class Daemon:
             log.error("cannot start: %s", exc)
             self._close_manager()
             return 1
+        if self.config.kafka is not None:
+            try:
+                self.kafka = KafkaListener(self.manager, self.config.kafka)
+                self.kafka.start()
+            except OSError as exc:
+                log.error("cannot start the Kafka listener on %s: %s", self.config.kafka.listener, exc)
+                self.kafka = None
+                self._close_manager()
+                return 1
 
         # libfuse installs its SIGTERM/SIGINT handlers only where the disposition is the default one.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -178,8 +189,12 @@ class Daemon:
         self.mount_point.mkdir(parents=True, exist_ok=True)
 
     def _close_manager(self) -> bool:
-        """Close every log (flush, trim indexes, checkpoints, clean-shutdown marker); False when some
-        could not be closed cleanly (the next start recovers them)."""
+        """Stop the Kafka listener, then close every log (flush, trim indexes, checkpoints,
+        clean-shutdown marker); False when some could not be closed cleanly (the next start recovers
+        them)."""
+        kafka, self.kafka = self.kafka, None
+        if kafka is not None:
+            kafka.stop()
         manager, self.manager = self.manager, None
         if manager is None:
             return True
@@ -220,6 +235,8 @@ class Daemon:
         names = sorted(self.manager.logs)
         mode = "read-only" if self.config.read_only else "read-write"
         status = f"serving {len(names)} log(s) on {self.mount_point} ({mode})"
+        if self.kafka is not None:
+            status += f", Kafka clients on {self.config.kafka.listener.host}:{self.kafka.port}"
         self.notifier.ready(status)
         log.info("%s, %s", status, fuse_library())
         self._print_hints(names)
@@ -353,12 +370,14 @@ class Daemon:
         old, manager = self.config, self.manager
         if manager is None or old is None:
             return False
-        for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access"):
+        for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access", "kafka"):
             if getattr(new, attr, None) != getattr(old, attr, None):
                 log.warning("config reload: %s changed; it takes effect at the next start", attr)
         _warn_cleaner_changes(old, new)
         try:
             manager.update_configs(new.defaults, dict(new.logs))
+            if self.kafka is not None:
+                self.kafka.config_reloaded()
             if not old.read_only:
                 for name, log_config in new.logs.items():
                     if name not in manager.logs and name not in manager.offline:

@@ -17,6 +17,10 @@ command -v mkfs.ext4 >/dev/null || need_apt+=(e2fsprogs)
 # Spark 4 needs Java 17 or newer.
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)
+# The Kafka oracle (scripts/kafka-oracle.sh, docs/oracle.md) resolves Apache Kafka through Maven.
+command -v mvn >/dev/null || need_apt+=(maven)
+# The Kafka listener's tests and bench/kafka.py drive it with kcat (librdkafka's command-line client).
+command -v kcat >/dev/null || need_apt+=(kcat)
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
 [ -x /bin/kill ] || need_apt+=(procps)
@@ -53,4 +57,6 @@ if [ ! -f "$stamp" ] || [ -z "$built" ] || [ pyproject.toml -nt "$stamp" ] || [ 
     .venv/bin/python -m pip install -q -e '.[test,spark]'
     touch "$stamp"
 fi
+# Apache Kafka's broker and tools for tests/oracle/ (cached once; without it those tests skip).
+./scripts/kafka-oracle.sh || echo "kafka-oracle: no Kafka cache; tests/oracle/ will skip" >&2
 echo "seglogfs installed in $(pwd)/.venv"

@@ -248,7 +248,9 @@ def _lz4_frame_decompress(data: bytes, max_size: int) -> bytes:
         if stored:
             out.append(block)
         else:
-            written = cramjam.lz4.decompress_block_into(block, scratch)
+            # output_len: without it cramjam takes the block's first 4 bytes for a prepended size
+            # whenever they read as one that fits (a record area's first bytes often do)
+            written = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
             out.append(bytes(scratch[:written]))
         total += len(out[-1])
         if total > max_size:  # one block (at most 4 MiB) past the cap, then no more

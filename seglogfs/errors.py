@@ -108,3 +108,13 @@ class CloseError(SeglogError):
 class SegmentFileMissingError(SeglogError, FileNotFoundError):
     """A segment file the engine had open (and closed to save descriptors) is gone when reopened:
     removed or renamed behind the daemon's back. Carries ``errno.ENOENT`` and the path."""
+
+
+class ProducerFencedError(SeglogError):
+    """A batch from an idempotent producer with an epoch older than the one the log knows (Kafka's
+    INVALID_PRODUCER_EPOCH)."""
+
+
+class OutOfOrderSequenceError(SeglogError):
+    """A batch from an idempotent producer whose first sequence does not follow that producer's last
+    one (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER): nothing of it is appended."""

@@ -43,7 +43,10 @@ from .log_loader import LogLoader
 from .log_removal import SegmentRemoval
 from .log_segments import LogSegments, segment_index_for
 from .log_transactions import LogTransactions
+from .log_validator import check_client_batch, place_batch
+from .producer_append import RecentBatches
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
+from .record_offsets import first_existing_offset, record_count
 from .records import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -55,6 +58,7 @@ from .records import (
     decode_record,
     encode_batch,
     encode_values,
+    read_batch_header,
 )
 from .records.encode import KeyedValues, encode_keyed_values
 from .retention import deletable_segment_count
@@ -113,6 +117,10 @@ class Log:
         self._offline_reason: str | None = None
         #: called (under the log's lock) when the log goes offline; the LogManager's hook
         self.on_offline: Callable[[Log], None] | None = None
+        #: called (under the log's lock, so it must not block) once appended records are visible to
+        #: readers, whoever appended them: a Kafka Fetch long poll waits on it
+        self.on_append: Callable[[Log], None] | None = None
+        self._recent_batches = RecentBatches()  # idempotent producers' last batches
 
     # ================================================================== opening
 
@@ -298,8 +306,6 @@ class Log:
         """User records from the start offset: ``end - start`` unless the log is compacted (gaps)."""
         if "compact" not in self.config.cleanup_policy:
             return self.end_offset - self.start_offset
-        from .offset_listing import record_count  # it walks Log objects: imported late, no cycle
-
         return record_count(self)
 
     # ================================================================== appending
@@ -361,6 +367,31 @@ class Log:
             self._check_writable()
             now = clock_ms(self._clock)
             return self._append_batches(self._plan_split(items, now), now)
+
+    def append_as_leader(self, batch: bytes) -> AppendInfo:
+        """Append one record batch a Kafka client sent, as a partition leader does: checked whole
+        (:func:`~seglogfs.log_validator.check_client_batch`: CRC, records, offset deltas), placed at
+        the log end (offsets assigned; LogAppendTime stamped when the log uses it), its records kept
+        as sent, compressed or not. An idempotent producer's batch is checked against that producer's
+        state: a retried batch is not appended again (its earlier offsets are returned), an older
+        epoch raises ProducerFencedError, a sequence gap OutOfOrderSequenceError."""
+        header = check_client_batch(batch, self.name)  # the CRC and record walk, outside the lock
+        with self._lock:
+            self._check_writable()
+            duplicate = self._recent_batches.check(header, self._transactions.producer(header.producer_id))
+            if duplicate is not None:
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp)
+            now = clock_ms(self._clock)
+            placed = place_batch(
+                batch, self._next_offset, log_append_time_ms=now if self.config.log_append_time else None
+            )
+            info = self._append_batch(placed, header.records_count, now)
+            if header.producer_id >= 0:
+                final = read_batch_header(placed, 0, path=self.name)
+                assert final is not None
+                self._transactions.appended(final)
+                self._recent_batches.appended(final)
+            return info
 
     def check_append(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
         """Raise what :meth:`append_split` of ``items`` would raise for their keys and sizes (EINVAL,
@@ -513,6 +544,8 @@ class Log:
         self._unflushed_messages += sum(count for _, count in batches)
         if self._unflushed_messages >= self.config.flush_messages:
             self._flush_locked()
+        if self.on_append is not None:
+            self.on_append(self)
         return infos
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:
@@ -602,6 +635,22 @@ class Log:
                 self._delete_segments(segments[:deletable], segments[deletable:], now)
             self._removal.purge(now)
             return max(deletable, 0)
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset`` (never down; ``-1`` means
+        the end offset) and delete the segments wholly below it. Returns the new start offset.
+        OffsetOutOfRangeError for an offset past the end."""
+        with self._lock:
+            if self.read_only or self._closed:
+                raise ReadOnlyLogError(f"log {self.name} is read-only")
+            end = self._next_offset
+            target = end if offset == -1 else offset
+            if not 0 <= target <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside log {self.name} [0, {end}]")
+            self._start_offset = max(self._start_offset, target)
+            self._batch_cache.clear()
+        self.delete_old_segments(now_ms)
+        return self._start_offset
 
     def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
         self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)
@@ -723,7 +772,7 @@ class Log:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
-            i = bounds.index_of(header, offset)
+            i = bounds.index_of(header.base_offset, offset)
             if i < 0:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
             start, end = bounds.span(i)
@@ -811,8 +860,6 @@ class Log:
         found = self._offset_for_timestamp(timestamp_ms)
         if isolation != READ_COMMITTED:
             return found
-        from .offset_listing import first_existing_offset  # it walks Log objects: imported late, no cycle
-
         visible = first_existing_offset(self, found, isolation=isolation)
         if visible is None:
             raise TimestampNotFoundError(

@@ -105,6 +105,9 @@ class LogManager:
         self._closed = False
         self._maintenance_faults: dict[str, PersistentFault] = {}  # by log name
         self._dir_lock: LogLock | None = None
+        #: called with a log (under its lock: it must not block) after records were appended to it by
+        #: any path (the mount, a Kafka client, the engine API); the Kafka listener's long polls use it
+        self.on_append: Callable[[Log], None] | None = None
         if not read_only:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._dir_lock = data_dir_lock(self.data_dir).acquire()
@@ -208,7 +211,13 @@ class LogManager:
     def _watched(self, log_obj: Log) -> Log:
         """``log_obj``, reporting to this manager when it goes offline."""
         log_obj.on_offline = self._going_offline.append  # atomic: no lock taken under the log's
+        log_obj.on_append = self._appended
         return log_obj
+
+    def _appended(self, log_obj: Log) -> None:
+        hook = self.on_append
+        if hook is not None:
+            hook(log_obj)
 
     def _retire_offline(self) -> None:
         """Move the logs that went offline while open from the served ones to the offline ones."""

@@ -1,11 +1,13 @@
-"""The segment removals of a :class:`~seglogfs.log.Log`: retention's deletions and the log cleaner's
-swaps. Removed segments are renamed ``.deleted`` at once and stay open, readable by a reader in the
-middle of one, until ``file.delete.delay.ms`` has passed. The log decides what goes (under its lock)
-and keeps its own bookkeeping; :class:`SegmentRemoval` takes segments out of its
-:class:`~seglogfs.log_segments.LogSegments` and owns their files until they are purged."""
+"""The segment removals of a :class:`~seglogfs.log.Log`: retention's deletions (a moved log start,
+Kafka's DeleteRecords, too) and the log cleaner's swaps. Removed segments are renamed ``.deleted`` at
+once and stay open, readable by a reader in the middle of one, until ``file.delete.delay.ms`` has
+passed. The log decides what goes (under its lock) and keeps its own bookkeeping; :class:`SegmentRemoval`
+takes segments out of its :class:`~seglogfs.log_segments.LogSegments` and owns their files until they
+are purged."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ class SegmentRemoval:
         # segment list, goes on reading the renamed files for file.delete.delay.ms. Listed as
         # deleted before they leave the segment list: a reader finds each in one list or the other.
         pending: list[tuple[int, LogSegment, list[Path]]] = [(due_ms, segment, []) for segment in doomed]
+        self._keep_superseded(doomed)
         self._pending.extend(pending)
         self._segments.replace(kept)
         for _, segment, paths in pending:
@@ -47,6 +50,7 @@ class SegmentRemoval:
         index ``at`` of the current list (:mod:`seglogfs.segment_swap`); the old ones are purged at
         ``due_ms``. Returns the new segment."""
         current = self._segments.all
+        self._keep_superseded(old)
         replace_files(self._segments.dir, base_offset, old)
         new = self._segments.new_segment(base_offset)
         self._segments.replace([*current[:at], new, *current[at + len(old) :]])
@@ -55,6 +59,18 @@ class SegmentRemoval:
             paths = [segment.log_path, segment.index_path, segment.time_index_path, txn_index_path(segment)]
             self._pending.append((due_ms, segment, paths))
         return new
+
+    def _keep_superseded(self, renamed: Sequence[LogSegment]) -> None:
+        """Before ``renamed`` take their ``.deleted`` names: a segment still waiting for its purge under
+        one of those names (the cleaner replaced a segment at the same base offset again within
+        ``file.delete.delay.ms``) keeps its own file open, so a reader in the middle of it reads its
+        bytes to the end, and its purge leaves the names, now the newer segment's, alone."""
+        bases = {segment.base_offset for segment in renamed}
+        for _, segment, paths in self._pending:
+            if segment.base_offset in bases and paths:
+                with contextlib.suppress(FileNotFoundError):  # removed under the daemon: nothing to keep
+                    segment.hold_open()
+                paths.clear()
 
     @property
     def deleted_segments(self) -> list[LogSegment]:

@@ -11,8 +11,9 @@
 - For readers: the last stable offset and the aborted transactions overlapping a range (from the
   segments' ``.txnindex`` files), which :func:`~seglogfs.read_committed.hidden_batches` needs.
 
-Our own appends carry no producer id, so they never change the state; only data written by a broker
-(a copied data dir) holds transactions.
+Our own appends carry no producer id, so they never change the state; an idempotent Kafka client's
+batches do (:meth:`LogTransactions.appended`); only data written by a broker (a copied data dir) holds
+transactions.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .log_segments import segment_index_for
 from .producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     EndTxnMarker,
+    ProducerStateEntry,
     ProducerStateManager,
     end_txn_marker,
 )
@@ -216,6 +218,14 @@ class LogTransactions:
                 return exc
             log.warning("%s: no producer snapshot at offset %d: %s", self.name, offset, exc)
         return None
+
+    def producer(self, producer_id: int) -> ProducerStateEntry | None:
+        """What the state knows of ``producer_id`` (None when nothing)."""
+        return self.state.producers.get(producer_id)
+
+    def appended(self, header: BatchHeader) -> None:
+        """A data batch of an idempotent producer was appended (at ``header``'s offsets)."""
+        self.state.update(header, None)
 
     def forget_snapshots_below(self, offset: int) -> None:
         """Retention moved the log start to ``offset``: older snapshots are of no use."""

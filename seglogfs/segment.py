@@ -286,7 +286,13 @@ class LogSegment:
         with self._lock:  # against close() and rename_suffix(): the descriptor and path stay valid
             if self._fd_value >= 0:
                 return os.dup(self._fd_value)
-            return os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            if self._identity is not None and _identity(fd) != self._identity:
+                os.close(fd)  # another file took the name: this segment's bytes are gone
+                raise SegmentFileMissingError(
+                    errno.ENOENT, "the segment's .log was replaced on disk", str(self.log_path)
+                )
+            return fd
 
     # ------------------------------------------------------------------ indexes (opened lazily)
 

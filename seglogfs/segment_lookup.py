@@ -13,20 +13,34 @@ neighbour. Anything else goes to the CRC-checked survey
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import CorruptRecordError
 from .records import BatchHeader, validate_batch
 
 if TYPE_CHECKING:
-    from .segment import LogSegment
+    from .index import OffsetIndex
     from .segment_survey import SegmentSurvey
 
-__all__ = ["SegmentLookup"]
+__all__ = ["LookupSegment", "SegmentLookup"]
 
 
 class _Suspect(Exception):
     """Internal: the header walk met something only a CRC-checked survey can judge."""
+
+
+class LookupSegment(Protocol):
+    """What a lookup reads of its segment (a :class:`~seglogfs.segment.LogSegment`)."""
+
+    base_offset: int
+    size: int
+    offset_limit: int | None
+
+    @property
+    def offset_index(self) -> OffsetIndex: ...
+    def read(self, position: int, size: int) -> bytes: ...
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
+    def offsets_fit(self, h: BatchHeader) -> bool: ...
 
 
 class SegmentLookup:
@@ -34,7 +48,7 @@ class SegmentLookup:
 
     __slots__ = ("_segment", "_survey")
 
-    def __init__(self, segment: LogSegment, survey: SegmentSurvey) -> None:
+    def __init__(self, segment: LookupSegment, survey: SegmentSurvey) -> None:
         self._segment = segment
         self._survey = survey
 

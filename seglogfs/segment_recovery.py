@@ -15,7 +15,8 @@ import errno
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -24,10 +25,7 @@ from .index import EmptyIndex, OffsetIndex, TimeIndex
 from .records import BatchHeader
 from .segment_survey import SegmentSurvey, follows
 
-if TYPE_CHECKING:
-    from .segment import LogSegment
-
-__all__ = ["Rebuilt", "SegmentRecovery"]
+__all__ = ["Rebuilt", "RecoveredSegment", "SegmentRecovery"]
 
 log = logging.getLogger("seglogfs.segment")  # where these messages were always logged (filters, tests)
 
@@ -61,13 +59,36 @@ class _Progress:
         self.out_of_room = False  # the disk filled up: the indexes keep what they have
 
 
+class RecoveredSegment(Protocol):
+    """What recovery reads and changes of its segment (a :class:`~seglogfs.segment.LogSegment`)."""
+
+    base_offset: int
+    size: int
+    writable: bool
+    log_path: Path
+    index_interval_bytes: int
+    max_index_size: int
+
+    @property
+    def offset_index(self) -> OffsetIndex: ...
+    @property
+    def time_index(self) -> TimeIndex: ...
+    def read_raw(self, position: int, size: int) -> bytes: ...
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
+    def find_batch(self, offset: int, *, surveyed: bool = False) -> BatchHeader | None: ...
+    def iter_headers(self, position: int = 0) -> Iterator[BatchHeader]: ...
+    def iter_batches(self, start_position: int = 0, end_position: int | None = None, *,
+                     sealed: bool | None = None) -> Iterator[tuple[BatchHeader, bytes]]: ...
+    def truncate(self, size: int) -> None: ...
+
+
 class SegmentRecovery:
     """Index checks, index rebuilds, recovery and the tail of ``segment``, whose batches ``survey``
     walks past damage."""
 
     __slots__ = ("_segment", "_survey")
 
-    def __init__(self, segment: LogSegment, survey: SegmentSurvey) -> None:
+    def __init__(self, segment: RecoveredSegment, survey: SegmentSurvey) -> None:
         self._segment = segment
         self._survey = survey
 

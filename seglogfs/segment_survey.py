@@ -13,17 +13,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from .errors import CorruptRecordError
+from .index import OffsetIndex
 from .records import MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader, unchecked_v2_header, validate_batch
 
-if TYPE_CHECKING:
-    from .segment import LogSegment
-
-__all__ = ["Damage", "IndexedPositions", "SegmentSurvey", "follows"]
+__all__ = ["Damage", "IndexedPositions", "SegmentSurvey", "SurveyedSegment", "follows"]
 
 _READ_CHUNK = 4 * 1024 * 1024
 
@@ -74,13 +73,32 @@ def follows(a: BatchHeader | None, b: BatchHeader | None) -> bool:
     return a is not None and b is not None and b.magic >= 2 and b.base_offset == a.last_offset + 1
 
 
+class SurveyedSegment(Protocol):
+    """What a survey reads of its segment (a :class:`~seglogfs.segment.LogSegment`)."""
+
+    base_offset: int
+    size: int
+    offset_limit: int | None
+    log_path: Path
+    index_path: Path
+
+    @property
+    def offset_index(self) -> OffsetIndex: ...
+    def read(self, position: int, size: int) -> bytes: ...
+    def read_raw(self, position: int, size: int) -> bytes: ...
+    def read_header(self, position: int, end: int | None = None) -> BatchHeader | None: ...
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
+    def offsets_fit(self, h: BatchHeader) -> bool: ...
+    def index_contradicted(self, problem: str) -> None: ...
+
+
 class SegmentSurvey:
     """The survey walks of ``segment``: every batch CRC-checked, offsets weighed against the
     neighbours' and the index's, damage resynchronised."""
 
     __slots__ = ("_segment",)
 
-    def __init__(self, segment: LogSegment) -> None:
+    def __init__(self, segment: SurveyedSegment) -> None:
         self._segment = segment
 
     def find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None:

@@ -1,6 +1,6 @@
 """``SegmentTotals``: the stream bytes of one segment's batches, counted once, kept as the log changes.
 
-The views (``records``, ``records.jsonl``, ``from/<n>``...: :mod:`seglogfs.value_stream`) need, per
+The views (``records``, ``records.jsonl``, ``from/<n>``...: :mod:`seglogfs.views.value_stream`) need, per
 segment, how many bytes its records make in each format. A segment's totals are counted from its
 start up to a *frontier* (a batch boundary: file position, next offset, and the bytes of the
 ``values`` and ``jsonl`` formats before it), and keep sparse cumulative *checkpoints* (every
@@ -23,8 +23,9 @@ import sys
 import threading
 import weakref
 from array import array
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -34,9 +35,12 @@ from .records._scan import count_run, render_run
 from .stream_format import JSON_LINES, VALUES, StreamFormat
 
 if TYPE_CHECKING:
-    from .segment import Damage, LogSegment
+    from .segment_survey import Damage
 
-__all__ = ["CHECKPOINT_BATCHES", "CHECKPOINT_BYTES", "FORMAT_NAMES", "Goal", "Point", "SegmentTotals"]
+__all__ = [
+    "CHECKPOINT_BATCHES", "CHECKPOINT_BYTES", "FORMAT_NAMES", "CountedSegment", "Goal", "Point",
+    "SegmentTotals",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +93,32 @@ def _count(data: bytes | memoryview, header: BatchHeader, path: str) -> tuple[in
         return None
 
 
+class CountedSegment(Protocol):
+    """What counting reads of its segment (the :class:`~seglogfs.segment.LogSegment` that owns the
+    totals)."""
+
+    base_offset: int
+    log_path: Path
+    size: int
+    offset_limit: int | None
+
+    def open_reader_fd(self) -> int: ...
+
+    def iter_batches(
+        self,
+        start_position: int = 0,
+        end_position: int | None = None,
+        *,
+        fd: int | None = None,
+        sealed: bool | None = None,
+        on_damage: Callable[[Damage], None] | None = None,
+    ) -> Iterator[tuple[BatchHeader, bytes]]: ...
+
+
 class SegmentTotals:
     """The counted totals of one :class:`~seglogfs.segment.LogSegment` (see the module docstring)."""
 
-    def __init__(self, segment: LogSegment) -> None:
+    def __init__(self, segment: CountedSegment) -> None:
         self._segment = weakref.ref(segment)
         self.base_offset = segment.base_offset
         self._lock = threading.Lock()
@@ -273,7 +299,7 @@ class SegmentTotals:
         return n
 
     def _slow_steps(
-        self, segment: LogSegment, fd: int, end: int, until: Goal | None, budget: int
+        self, segment: CountedSegment, fd: int, end: int, until: Goal | None, budget: int
     ) -> tuple[int, bool]:
         """Count batches from the frontier through the Python decoders (stepping over damage) until one
         the C runs could take again (an uncompressed v2 batch), ``until`` holds or ``budget`` is spent;
@@ -307,7 +333,7 @@ class SegmentTotals:
             self._skip(damaged, segment)
         return applied, False
 
-    def _skip(self, damaged: list[Damage], segment: LogSegment) -> None:
+    def _skip(self, damaged: list[Damage], segment: CountedSegment) -> None:
         """Step the frontier past damaged stretches (they count nothing), logging each."""
         f = self.frontier
         for damage in damaged:
@@ -416,7 +442,7 @@ class SegmentTotals:
 
     @staticmethod
     def _slow_render(
-        segment: LogSegment, fd: int, base: int, at: int, previous: int, end: int, fmt: StreamFormat
+        segment: CountedSegment, fd: int, base: int, at: int, previous: int, end: int, fmt: StreamFormat
     ) -> tuple[bytes, int, int, int] | None:
         """(the ``fmt`` bytes of the batch at ``base + at``, where it starts relative to ``base``, the
         position after it, its next offset) through the Python decoders, past any damage before it (a

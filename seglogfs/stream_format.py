@@ -1,9 +1,10 @@
 """What a stream of a log's records looks like, a batch at a time: the ``records`` view (each value and
 a newline) or the ``records.jsonl`` view (one JSON line a record, :mod:`seglogfs.jsonl`).
 
-A :class:`StreamFormat` renders one batch's bytes and counts them; :class:`~seglogfs.value_stream.ValueStream`
-counts every batch once (for sizes and positions) and renders the batches it serves. Counting may be
-cheaper than rendering (the values view sums lengths), never different.
+A :class:`StreamFormat` renders one batch's bytes and counts them;
+:class:`~seglogfs.views.value_stream.ValueStream` counts every batch once (for sizes and positions)
+and renders the batches it serves. Counting may be cheaper than rendering (the values view sums
+lengths), never different.
 """
 
 from __future__ import annotations

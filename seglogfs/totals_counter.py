@@ -11,12 +11,12 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .log import Log
+from .segment import LogSegment
 
-__all__ = ["STEP_BATCHES", "TotalsCounter", "counted_bytes", "counter", "progress"]
+__all__ = ["STEP_BATCHES", "CountedLog", "TotalsCounter", "counted_bytes", "counter", "progress"]
 
 log = logging.getLogger(__name__)
 
@@ -24,16 +24,30 @@ STEP_BATCHES = 50_000
 _IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a cleaner's new ones...)
 
 
+class CountedLog(Protocol):
+    """What the counter reads of a log (a :class:`~seglogfs.log.Log`)."""
+
+    name: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def segments(self) -> Sequence[LogSegment]: ...
+
+    def save_sealed_totals(self, segment: LogSegment) -> None: ...
+
+
 class TotalsCounter:
     """Counts the segments of the logs it watches until each is counted to its end."""
 
     def __init__(self) -> None:
-        self._logs: weakref.WeakSet[Log] = weakref.WeakSet()
+        self._logs: weakref.WeakSet[CountedLog] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def watch(self, lg: Log) -> None:
+    def watch(self, lg: CountedLog) -> None:
         """Count ``lg``'s segments from now on (starts the thread on first use)."""
         with self._lock:
             self._logs.add(lg)
@@ -42,7 +56,7 @@ class TotalsCounter:
                 self._thread.start()
         self._wake.set()
 
-    def unwatch(self, lg: Log) -> None:
+    def unwatch(self, lg: CountedLog) -> None:
         """Stop counting ``lg`` (it is closing)."""
         with self._lock:
             self._logs.discard(lg)
@@ -59,7 +73,7 @@ class TotalsCounter:
                 except Exception:  # a log's trouble (its files gone under it) stops no other
                     log.exception("%s: counting the view totals failed", lg.name)
 
-    def _count(self, lg: Log) -> None:
+    def _count(self, lg: CountedLog) -> None:
         started, counted = None, 0
         for segment in lg.segments:
             totals = segment.totals
@@ -92,12 +106,12 @@ def counter() -> TotalsCounter:
     return _COUNTER
 
 
-def counted_bytes(lg: Log) -> int:
+def counted_bytes(lg: CountedLog) -> int:
     """The bytes of ``lg``'s segment files its view totals cover (it grows as counting goes on)."""
     return sum(min(s.totals.frontier.position, s.size) for s in lg.segments)
 
 
-def progress(lg: Log) -> dict[str, int | bool]:
+def progress(lg: CountedLog) -> dict[str, int | bool]:
     """``{"counted_bytes", "bytes", "counting"}``: how much of ``lg``'s segments' files the totals cover."""
     total = sum(s.size for s in lg.segments)
     counted = counted_bytes(lg)

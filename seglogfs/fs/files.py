@@ -27,9 +27,9 @@ from seglogfs.fs.handles import DescriptorFile, OpenFile, SnapshotFile, StreamFi
 from seglogfs.fs.paths import DIRECTORIES, LOG_ENTRIES, Kind, Node
 from seglogfs.jsonl import headers_to_json
 from seglogfs.log import Log
-from seglogfs.log_dir_files import LogDirFiles
-from seglogfs.offset_listing import newest_offsets
 from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
+from seglogfs.views.log_dir_files import LogDirFiles
+from seglogfs.views.offset_listing import newest_offsets
 
 #: one readdir entry: name, st_mode type bits, offset (0: the whole listing at once)
 DirEntry = tuple[str, int, int]

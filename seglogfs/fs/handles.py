@@ -11,7 +11,7 @@ import errno
 import os
 
 from seglogfs.fs.errors import fail
-from seglogfs.value_stream import StreamReader
+from seglogfs.views.value_stream import StreamReader
 
 
 class OpenFile:

@@ -34,11 +34,11 @@ import mfusepy
 from seglogfs.fs.files import FileKind
 from seglogfs.fs.paths import Kind, Node
 from seglogfs.log import Log
-from seglogfs.log_dir_files import LogDirFiles
 from seglogfs.log_files import parse_offset_file_name, sealed_segment_file
 from seglogfs.log_manager import LogManager
 from seglogfs.read_committed import READ_UNCOMMITTED, Isolation
 from seglogfs.totals_counter import counted_bytes
+from seglogfs.views.log_dir_files import LogDirFiles
 
 log = logging.getLogger("seglogfs.fs")
 

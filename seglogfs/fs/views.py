@@ -30,7 +30,7 @@ from collections import OrderedDict
 from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.log import Log
 from seglogfs.stream_format import StreamFormat
-from seglogfs.value_stream import StreamReader, ValueStream
+from seglogfs.views.value_stream import StreamReader, ValueStream
 
 #: ``from/<n>`` streams kept (each holds a batch table per segment it has read)
 FROM_STREAMS_KEPT = 64

@@ -9,12 +9,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .batch_header import BatchHeader
 
 Header = tuple[str, bytes | None]
 #: what the codec reads batches from: a file's bytes, a view of them, or the file mapped
@@ -186,9 +182,10 @@ class RecordBounds:
         """Memory held by the arrays (for cache accounting)."""
         return self.starts.nbytes + (0 if self.offset_deltas is None else self.offset_deltas.nbytes)
 
-    def index_of(self, header: BatchHeader, offset: int) -> int:
-        """The record index holding ``offset``, or -1 (compaction may have left gaps)."""
-        delta = offset - header.base_offset
+    def index_of(self, base_offset: int, offset: int) -> int:
+        """The record index holding ``offset`` in the batch at ``base_offset``, or -1 (compaction may
+        have left gaps)."""
+        delta = offset - base_offset
         if self.offset_deltas is None:
             return delta if 0 <= delta < self.starts.shape[0] else -1
         i = int(np.searchsorted(self.offset_deltas, delta))

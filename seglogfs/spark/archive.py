@@ -24,18 +24,20 @@ it exports everything the logs hold when it starts and the previous runs did not
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from seglogfs.errors import LogLockedError
 from seglogfs.lock import LogLock
+
+from . import session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -51,12 +53,25 @@ SINK_LOG_DIR = "_spark_metadata"
 PARTITION_COLUMNS = ("topic", "partition", "date")
 #: seconds a run waits for the driver JVM of a killed predecessor to exit
 JVM_EXIT_WAIT = 60.0
-#: batch-export options that have no meaning for an incremental export
-_NOT_INCREMENTAL = {
-    "end_time": "--end-time",
-    "ending_offsets": "--ending-offsets",
-    "mode": "--mode",
-}
+
+
+@dataclass(frozen=True)
+class IncrementalExport:
+    """One run's request: the logs to read (``path`` and the ``seglog`` source's selections, as the
+    ``seglogfs spark export`` options of the same names) and the archive ``output`` to keep current."""
+
+    path: str
+    output: str
+    master: str = "local[*]"
+    logs: str | None = None
+    topics: str | None = None
+    start_time: str | None = None  # epoch ms or ISO-8601, for a first run
+    starting_offsets: str | None = None  # "earliest" or JSON, for a first run
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+    isolation: str | None = None  # read_uncommitted (default) or read_committed
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
 
 
 class ExportError(RuntimeError):
@@ -210,34 +225,34 @@ def remove_uncommitted(output: Path, committed: set[Path]) -> list[Path]:
 # ------------------------------------------------------------------------------------ the query
 
 
-def stream_options(args: argparse.Namespace) -> dict[str, str]:
+def stream_options(job: IncrementalExport) -> dict[str, str]:
     """The ``seglog`` source options of an incremental export (``path`` apart)."""
     options = {
-        "startingOffsets": args.starting_offsets or "earliest",
-        "failOnDataLoss": str(not args.no_fail_on_data_loss).lower(),
-        "includeHeaders": str(bool(args.include_headers)).lower(),
+        "startingOffsets": job.starting_offsets or "earliest",
+        "failOnDataLoss": str(bool(job.fail_on_data_loss)).lower(),
+        "includeHeaders": str(job.include_headers).lower(),
     }
     for option, value in (
-        ("logs", args.logs),
-        ("topics", args.topics),
-        ("startingTimestamp", args.start_time),
-        ("startingOffsetsByTimestampStrategy", "latest" if args.start_time else None),
-        ("minPartitions", args.min_partitions),
-        ("maxOffsetsPerTrigger", args.max_offsets_per_trigger),
-        ("kafka.isolation.level", args.isolation),
+        ("logs", job.logs),
+        ("topics", job.topics),
+        ("startingTimestamp", job.start_time),
+        ("startingOffsetsByTimestampStrategy", "latest" if job.start_time else None),
+        ("minPartitions", job.min_partitions),
+        ("maxOffsetsPerTrigger", job.max_offsets_per_trigger),
+        ("kafka.isolation.level", job.isolation),
     ):
         if value is not None:
             options[option] = str(value)
     return options
 
 
-def check_source(args: argparse.Namespace, output: Path) -> None:
+def check_source(job: IncrementalExport, output: Path) -> None:
     """Raise the source's own error for a bad PATH, log selection or option now, on the driver, where
     the CLI prints it as one line (from inside the query Spark logs it with two stack traces first)."""
     from .options import lowered
     from .source import SeglogDataSource
 
-    source = SeglogDataSource(lowered({**stream_options(args), "path": args.path}))
+    source = SeglogDataSource(lowered({**stream_options(job), "path": job.path}))
     reader = source.streamReader(source.schema())
     reader.reportLatestOffset()  # PATH and the logs selected
     offsets = output / CHECKPOINT_DIR / "offsets"
@@ -245,7 +260,7 @@ def check_source(args: argparse.Namespace, output: Path) -> None:
         reader.initialOffset()  # where a first run starts (a later run resumes from its checkpoint)
         return
     committed = committed_stream_offsets(output)
-    if committed is not None and not args.no_fail_on_data_loss:
+    if committed is not None and job.fail_on_data_loss:
         reader.check_resume(committed)  # records retention removed before this run could export them
 
 
@@ -262,11 +277,11 @@ def committed_stream_offsets(output: Path) -> dict | None:
     return json.loads(lines[-1])
 
 
-def incremental_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The seglog stream of ``args.path`` with the ``date`` partition column (UTC day)."""
+def incremental_stream(spark: SparkSession, job: IncrementalExport) -> DataFrame:
+    """The seglog stream of ``job.path`` with the ``date`` partition column (UTC day)."""
     from pyspark.sql import functions as F
 
-    stream = spark.readStream.format("seglog").options(**stream_options(args)).load(args.path)
+    stream = spark.readStream.format("seglog").options(**stream_options(job)).load(job.path)
     # From the epoch microseconds, not to_date(): that would use the session time zone.
     day = F.floor(F.unix_micros("timestamp") / F.lit(86_400_000_000)).cast("int")
     return stream.withColumn("date", F.date_from_unix_date(day))
@@ -336,20 +351,10 @@ def output_schema(include_headers: bool) -> StructType:
 # ------------------------------------------------------------------------------------ the command
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse batch-only options (an incremental export has no end and its own write mode)."""
-    for attr, flag in _NOT_INCREMENTAL.items():
-        if getattr(args, attr, None) is not None:
-            raise ExportError(f"{flag}: not valid with --incremental (each run exports all that is new)")
-
-
-def run_incremental_export(args: argparse.Namespace) -> int:
+def run_incremental_export(job: IncrementalExport) -> int:
     """Export what earlier runs did not; print records per log; 0 on success."""
-    from .jobs import make_session
-
-    check_arguments(args)
-    output = Path(args.output).resolve()
-    check_source(args, output)
+    output = Path(job.output).resolve()
+    check_source(job, output)
     output.mkdir(parents=True, exist_ok=True)
     lock = LogLock(output, LOCK_FILE, "export output")
     try:
@@ -359,11 +364,11 @@ def run_incremental_export(args: argparse.Namespace) -> int:
     try:
         wait_for_previous_jvm(output)
         check_output_is_ours(output)
-        check_same_columns(output, bool(args.include_headers))
-        spark, owned = make_session(args.master, "seglogfs-export")
+        check_same_columns(output, job.include_headers)
+        spark, owned = session.make_session(job.master, "seglogfs-export")
         try:
             (output / JVM_PID_FILE).write_text(f"{jvm_pid(spark.sparkContext)}\n")
-            return _export(spark, args, output)
+            return _export(spark, job, output)
         finally:
             if owned:
                 spark.stop()
@@ -371,13 +376,13 @@ def run_incremental_export(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _export(spark: SparkSession, args: argparse.Namespace, output: Path) -> int:
+def _export(spark: SparkSession, job: IncrementalExport, output: Path) -> int:
     started = time.monotonic()
-    schema = output_schema(bool(args.include_headers))
+    schema = output_schema(job.include_headers)
     before = committed_files(spark, output, schema)
     for path in remove_uncommitted(output, before):
         print(f"[export] removed {path}: written by an interrupted run, never committed", file=sys.stderr)
-    run_query(incremental_stream(spark, args), output)
+    run_query(incremental_stream(spark, job), output)
     after = committed_files(spark, output, schema)
     remove_uncommitted(output, after)
     summary = summarise_new_files(spark, output, after - before, schema)

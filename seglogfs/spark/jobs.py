@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
@@ -35,10 +34,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import session
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from seglogfs.verifier import VerifyReport
+
+#: batch-export options that have no meaning for an incremental export
+_NOT_INCREMENTAL = {
+    "end_time": "--end-time",
+    "ending_offsets": "--ending-offsets",
+    "mode": "--mode",
+}
+
 
 # ------------------------------------------------------------------------------------ log checks
 
@@ -85,32 +94,6 @@ def verify_log(paths: Sequence[str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ Spark plumbing
-
-
-def make_session(master: str, app: str) -> tuple[SparkSession, bool]:
-    """(SparkSession on ``master`` with ``seglog`` registered, whether we created it and must stop it).
-
-    An already active session (a notebook, the test suite) is reused and left running.
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from . import register
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        register(active)
-        return active, False
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark, True
 
 
 class StageProgress:
@@ -170,12 +153,10 @@ def run_export(args: argparse.Namespace) -> int:
     """Read with the seglog source, write Parquet (``--incremental``: :mod:`.archive`)."""
     check_output_outside(args.path, args.output)
     if args.incremental:
-        from .archive import run_incremental_export
-
-        return run_incremental_export(args)
+        return _run_incremental_export(args)
     if args.max_offsets_per_trigger is not None:
         raise ValueError("--max-offsets-per-trigger: only valid with --incremental")
-    spark, owned = make_session(args.master, "seglogfs-export")
+    spark, owned = session.make_session(args.master, "seglogfs-export")
     try:
         # A time window over many logs: logs with no record that late contribute nothing.
         reader = (
@@ -207,6 +188,31 @@ def run_export(args: argparse.Namespace) -> int:
     finally:
         if owned:
             spark.stop()
+
+
+def _run_incremental_export(args: argparse.Namespace) -> int:
+    """``export --incremental`` (:mod:`.archive`), batch-only options refused."""
+    from .archive import IncrementalExport, run_incremental_export
+
+    for attr, flag in _NOT_INCREMENTAL.items():
+        if getattr(args, attr) is not None:
+            raise ValueError(f"{flag}: not valid with --incremental (each run exports all that is new)")
+    return run_incremental_export(
+        IncrementalExport(
+            path=args.path,
+            output=args.output,
+            master=args.master,
+            logs=args.logs,
+            topics=args.topics,
+            start_time=args.start_time,
+            starting_offsets=args.starting_offsets,
+            min_partitions=args.min_partitions,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            isolation=args.isolation,
+            include_headers=bool(args.include_headers),
+            fail_on_data_loss=not args.no_fail_on_data_loss,
+        )
+    )
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -266,7 +272,7 @@ def run_verify(args: argparse.Namespace) -> int:
     if not groups:
         print("no segments found under " + " ".join(args.paths), file=sys.stderr)
         return 1
-    spark, owned = make_session(args.master, "seglogfs-verify")
+    spark, owned = session.make_session(args.master, "seglogfs-verify")
     try:
         sc = spark.sparkContext
         work = [[str(p) for p in group] for group in groups]

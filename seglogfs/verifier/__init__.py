@@ -1,6 +1,6 @@
 """The verifier: check every batch CRC and every index entry of data dirs, log dirs or segments.
 
-An engine service: ``seglogfs verify`` (:mod:`seglogfs.verify`, the command line) and the Spark
+An engine service: ``seglogfs verify`` (:mod:`seglogfs.tools.verify`, the command line) and the Spark
 ``verify`` job (:mod:`seglogfs.spark.jobs`, one task per log) both call :func:`verify_paths`. Modules:
 :mod:`.report` (findings and totals), :mod:`.segments` (finding segments, the ``.log`` scan, log dirs),
 :mod:`.indexes` (``.index`` / ``.timeindex`` against the batches), :mod:`.transactions` (producer

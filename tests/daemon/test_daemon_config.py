@@ -45,6 +45,7 @@ def test_shipped_default_config_loads(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert cfg.log_config("not-configured") == cfg.defaults
     assert cfg.source == REPO / "config" / "seglogfs.yaml"
     assert load_config() == cfg  # None means the embedded default
+    assert cfg.kafka is not None and str(cfg.kafka.listener) == "PLAINTEXT://127.0.0.1:9092"
 
 
 def test_full_config(tmp_path: Path) -> None:

@@ -177,6 +177,17 @@ def test_reads_kafka_python_encoders(name):
     assert decompress(Compression.ZSTD, kcodec.zstd_encode(data)) == data
 
 
+def test_reads_an_lz4_block_that_cramjam_misreads_without_its_bound() -> None:
+    # the record area of seven records kafka-python wrote (a hypothesis find): decompressed into a
+    # 64 KiB buffer with no output_len, cramjam returns the right length of the wrong bytes
+    data = bytes.fromhex(
+        "0e0000c8010101000e0000ca010101000e0000cc01010100140081808001ce01010100140081808001d001010100"
+        "140081808001d201010100140081808001d401010100"
+    )
+    for frame in (kcodec.lz4_encode(data), lz4.frame.compress(data, block_linked=False)):
+        assert decompress(Compression.LZ4, frame) == data
+
+
 @pytest.mark.parametrize("name", ["small", "repetitive-1MiB", "random-1MiB"])
 def test_reads_raw_snappy_without_xerial_framing(name):
     data = PAYLOADS[name]

@@ -26,12 +26,12 @@ import pytest
 from support.engine_helpers import ManualClock, config
 from support.mount_fixture import make_seglogd
 
-from seglogfs import cli
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log import Log
 from seglogfs.log_files import CLEAN_SHUTDOWN_FILE
 from seglogfs.log_manager import LogManager
 from seglogfs.records import iter_batch_headers
+from seglogfs.tools import cli
 from seglogfs.verifier import verify_paths
 
 LOG = "c-0"

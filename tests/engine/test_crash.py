@@ -42,7 +42,7 @@ while True:
         manager.checkpoint()
 """
 
-KILLS = 20
+KILLS = 12
 
 
 @pytest.mark.slow
@@ -75,7 +75,7 @@ def test_sigkill_at_random_moments_loses_nothing_flushed(tmp_path):
                 validate_batch(raw, header, path=segment.log_path)
         manager.close()
     verify = subprocess.run(
-        [sys.executable, "-m", "seglogfs.cli", "verify", str(data)], capture_output=True, text=True
+        [sys.executable, "-m", "seglogfs.tools.cli", "verify", str(data)], capture_output=True, text=True
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert durable > 0

@@ -17,7 +17,6 @@ from support.producer_batches import ABORT, COMMIT, NOW, control_batch, data_bat
 from support.testdata import KAFKA_LOG_DIR
 
 from seglogfs.checkpoint import EMPTY_PRODUCER_SNAPSHOT
-from seglogfs.dump_state_files import dump_producer_snapshot
 from seglogfs.log_files import is_segment_file_name, offset_named_files
 from seglogfs.producer_state import (
     CompletedTxn,
@@ -27,6 +26,7 @@ from seglogfs.producer_state import (
     read_snapshot,
     snapshot_bytes,
 )
+from seglogfs.tools.dump_state_files import dump_producer_snapshot
 
 DAY = 86_400_000
 

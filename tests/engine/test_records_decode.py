@@ -319,10 +319,10 @@ def test_record_bounds_and_decode_record_agree_with_decode_batch():
     assert bounds.offset_deltas is None and bounds.area_size == len(batch) - V2_HEADER_SIZE
     expected = decode_batch(batch, h)
     for i, record in enumerate(expected):
-        assert bounds.index_of(h, record.offset) == i
+        assert bounds.index_of(h.base_offset, record.offset) == i
         start, end = bounds.span(i)
         assert decode_record(batch[V2_HEADER_SIZE + start : V2_HEADER_SIZE + end], h) == record
-    assert bounds.index_of(h, 999) == bounds.index_of(h, 1300) == -1
+    assert bounds.index_of(h.base_offset, 999) == bounds.index_of(h.base_offset, 1300) == -1
 
 
 def test_record_bounds_with_offset_gaps_left_by_compaction():
@@ -331,7 +331,7 @@ def test_record_bounds_with_offset_gaps_left_by_compaction():
     (h,) = list(iter_batch_headers(buf))
     bounds = record_bounds(buf, h)
     assert bounds.offset_deltas.tolist() == [0, 2, 5]
-    assert [bounds.index_of(h, o) for o in range(10, 17)] == [0, -1, 1, -1, -1, 2, -1]
+    assert [bounds.index_of(h.base_offset, o) for o in range(10, 17)] == [0, -1, 1, -1, -1, 2, -1]
 
 
 def test_record_bounds_only_for_uncompressed_v2():

@@ -20,7 +20,7 @@ from seglogfs.log_manager import LogManager
 from seglogfs.records import ProducerRecord, iter_batch_headers
 from seglogfs.segment import LogSegment
 from seglogfs.segment_survey import SegmentSurvey
-from seglogfs.value_stream import ValueStream
+from seglogfs.views.value_stream import ValueStream
 
 # Several sealed segments, several index entries each, batches of one record.
 CFG = compact_config(segment_bytes=3000, index_interval_bytes=300)

@@ -21,7 +21,7 @@ from seglogfs.records._scan import count_run, render_run
 from seglogfs.segment_totals import CHECKPOINT_BATCHES, Goal, SegmentTotals
 from seglogfs.stream_format import JSON_LINES, VALUES
 from seglogfs.totals_file import TOTALS_SUFFIX, load, totals_path
-from seglogfs.value_stream import ValueStream
+from seglogfs.views.value_stream import ValueStream
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ from seglogfs.records import (
 )
 from seglogfs.segment import LogSegment
 from seglogfs.stream_format import JSON_LINES, VALUES
-from seglogfs.value_stream import ValueStream
+from seglogfs.views.value_stream import ValueStream
 
 PER_BATCH = 7
 
@@ -152,7 +152,7 @@ def test_from_stream_skips_a_damaged_batch_and_logs_it(
         first = middle.base_offset + 1
         lost = set(range(hurt.base_offset, hurt.last_offset + 1))
         expected = b"".join(value_of(o) + b"\n" for o in range(first, lg.end_offset) if o not in lost)
-        with caplog.at_level(logging.ERROR, logger="seglogfs.value_stream"):
+        with caplog.at_level(logging.ERROR, logger="seglogfs.views.value_stream"):
             stream = ValueStream(lg, first_offset=first)
             assert stream.read(0, 10**9) == expected
             assert stream.size() == len(expected)

@@ -1,7 +1,7 @@
 """TransactionIndex: the ``.txnindex`` of a segment, on real files.
 
 The byte layout is checked against a hand-built struct and against ``seglogfs dump``'s own reader of
-the file (seglogfs.dump_state_files, written independently).
+the file (seglogfs.tools.dump_state_files, written independently).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 from test_disk_full import Filler, small_tmpfs
 
-from seglogfs.dump_state_files import dump_txn_index
 from seglogfs.errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
 from seglogfs.log_transactions import LogTransactions
+from seglogfs.tools.dump_state_files import dump_txn_index
 from seglogfs.transaction_index import (
     ABORTED_TXN_SIZE,
     AbortedTxn,

@@ -24,9 +24,9 @@ from support.transactions import (
 )
 from support.verify_fixtures import batches_of, build_indexes, writable_copy
 
-from seglogfs import verify
 from seglogfs.producer_state import ProducerStateEntry, ProducerStateManager, read_snapshot, snapshot_bytes
 from seglogfs.records import iter_batch_headers
+from seglogfs.tools import verify
 from seglogfs.transaction_index import AbortedTxn, TransactionIndex
 from seglogfs.verifier import verify_paths
 

@@ -21,12 +21,12 @@ from support.engine_helpers import ManualClock
 from support.mount_fixture import Seglogd, fuse_required, read_stdout_until
 from support.mount_fixture import seglogd as seglogd  # the fixture
 
-from seglogfs import value_stream
 from seglogfs.errors import OffsetOutOfRangeError
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.records import ProducerRecord
-from seglogfs.value_stream import ValueStream
+from seglogfs.views import value_stream
+from seglogfs.views.value_stream import ValueStream
 
 BIG = 1 << 24
 

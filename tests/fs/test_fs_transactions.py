@@ -19,7 +19,7 @@ from support.mount_fixture import Seglogd, fuse_required
 from support.mount_fixture import seglogd as seglogd  # the fixture
 from support.transactions import NOW, Scenario, TxnModel, data_batch, random_scenario
 
-from seglogfs import value_stream
+from seglogfs.views import value_stream
 
 COMMITTED, ALL = "committed-0", "all-0"
 

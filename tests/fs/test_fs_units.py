@@ -27,7 +27,7 @@ from seglogfs.log import Log
 from seglogfs.records import ProducerRecord
 from seglogfs.segment import LogSegment
 from seglogfs.timestamps import parse_iso8601_ms
-from seglogfs.value_stream import ValueStream
+from seglogfs.views.value_stream import ValueStream
 
 
 # ---------------------------------------------------------------- paths

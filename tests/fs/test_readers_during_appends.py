@@ -22,7 +22,7 @@ from support.mount_fixture import seglogd as seglogd  # the fixture
 from seglogfs.config import LogConfig
 from seglogfs.errors import OffsetOutOfRangeError
 from seglogfs.log import Log
-from seglogfs.value_stream import QUIET_BEFORE_REBASE_S, ValueStream
+from seglogfs.views.value_stream import QUIET_BEFORE_REBASE_S, ValueStream
 
 pytestmark = [pytest.mark.fuse, fuse_required]
 

@@ -16,11 +16,11 @@ from support.cleaner_helpers import compact_config, open_manager
 from support.engine_helpers import ManualClock
 from support.mount_fixture import Seglogd, fuse_required, read_stdout_until, seglogd  # noqa: F401
 
-from seglogfs import value_stream
 from seglogfs.fs.views import StreamViews
 from seglogfs.records import ProducerRecord
 from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
-from seglogfs.value_stream import ValueStream
+from seglogfs.views import value_stream
+from seglogfs.views.value_stream import ValueStream
 
 ROUNDS, KEYS = 40, 50
 BIG = 1 << 24
@@ -113,6 +113,37 @@ def test_after_a_clean_a_new_open_gets_a_generation_ending_where_the_held_one_en
         assert views.reader(lg, first, fmt).read(0, BIG) == compacted + added
 
 
+def test_a_held_reader_finishes_a_replaced_segment_whose_name_a_later_clean_took(tmp_path: Path) -> None:
+    # Two cleans of the same base offset within file.delete.delay.ms: the second renames its segment
+    # to the .deleted name of the one the first replaced, which a held reader has not finished.
+    cfg = compact_config(file_delete_delay_ms=60_000, segment_bytes=400)
+    with open_manager(tmp_path, cfg, ManualClock()) as manager:
+        lg = manager.create_log("t-0")
+
+        def append(start: int, count: int) -> None:
+            for n in range(start, start + count):
+                lg.append([ProducerRecord(key=b"k%d" % (n % 10), value=b"v%05d" % n)])
+
+        append(0, 40)
+        held = StreamViews().reader(lg, None, VALUES)  # tail -f, which has read what there was
+        seen = held.read(0, BIG)
+        append(40, 40)
+        whole = ValueStream(lg).read(0, BIG)  # what the held reader has yet to read
+        assert whole.startswith(seen) and held.stream.size() == len(whole)
+        for _ in range(2):
+            while manager.clean_once() is not None:
+                pass
+            for segment in lg.deleted_segments:
+                segment.release_files()  # idle: the descriptor budget closes them
+            append(80, 20)
+        assert len({s.base_offset for s in lg.deleted_segments}) < len(lg.deleted_segments)
+        # the reader goes on from where it was, with the records as they were when it began
+        assert held.read(len(seen), len(whole) - len(seen)) == whole[len(seen):]
+        held.close()
+        lg.delete_old_segments(2**62)  # every replaced segment purged: the live ones stay whole
+        assert ValueStream(lg).read(0, BIG).endswith(b"v00099\n")
+
+
 @pytest.mark.fuse
 @fuse_required
 def test_a_compacted_records_is_exact_for_each_new_open_under_steady_readers(seglogd) -> None:  # noqa: F811
@@ -144,7 +175,10 @@ def test_a_compacted_records_is_exact_for_each_new_open_under_steady_readers(seg
         values = _log_values(log)
         assert len(values) < ROUNDS * KEYS + 11  # the cleaner removed records
         settled_at = time.monotonic()
-        time.sleep(1.5)  # a second for every new open to show it, and some samples after that
+        # a second for every new open to show it, then a sample of each poller begun after that (on a
+        # loaded machine one `cat` may take seconds)
+        _wait_until(lambda: all(any(started > settled_at + 1.0 for started, _, _ in taken)
+                                for taken in samples.values()), interval=0.1)
         stop.set()
         for poller in pollers:
             poller.join(30)
@@ -206,7 +240,7 @@ def test_retention_is_exact_for_each_new_open_under_a_steady_poller(seglogd) -> 
                     timeout=30)
         values = _log_values(log)
         settled_at = time.monotonic()
-        time.sleep(1.5)
+        _wait_until(lambda: any(started > settled_at + 1.0 for started, _, _ in taken), interval=0.1)
         stop.set()
         poller.join(30)
     finally:

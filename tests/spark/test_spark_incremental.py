@@ -17,7 +17,7 @@ from support.spark_fixtures import append_records, engine_rows, make_log, row_tu
 
 from seglogfs.config import LogConfig
 from seglogfs.log import Log
-from seglogfs.spark import jobs
+from seglogfs.spark import jobs, session
 from seglogfs.spark.archive import (
     CHECKPOINT_DIR,
     JVM_PID_FILE,
@@ -264,7 +264,7 @@ def test_a_bad_path_or_option_fails_in_one_line_before_the_query(tmp_path, capsy
     def no_session(*args: object) -> None:
         raise AssertionError("a Spark session was started for a command that cannot run")
 
-    monkeypatch.setattr(jobs, "make_session", no_session)
+    monkeypatch.setattr(session, "make_session", no_session)
     for path, extra, message in (
         (tmp_path / "missing", (), f"{tmp_path / 'missing'} is not a directory"),
         (data, ("--logs", "zz-0"), "option logs: no log named zz-0"),
@@ -316,18 +316,18 @@ def test_records_removed_before_a_run_exported_them_fail_it_before_the_query(
         log_start = log.start_offset
         append_records(log, 5, 10)
     assert log_start > 50
-    real_session = jobs.make_session
+    real_session = session.make_session
 
     def no_session(*args: object) -> None:
         raise AssertionError("a Spark session was started for a run that cannot export")
 
-    monkeypatch.setattr(jobs, "make_session", no_session)
+    monkeypatch.setattr(session, "make_session", no_session)
     capsys.readouterr()
     assert export(data, out) == 2
     err = capsys.readouterr().err
     assert f"log a-0: offsets 50..{log_start - 1} were removed (log start is now {log_start})" in err
     assert len(err.strip().splitlines()) == 1, err
-    monkeypatch.setattr(jobs, "make_session", real_session)
+    monkeypatch.setattr(session, "make_session", real_session)
     assert export(data, out, "--no-fail-on-data-loss") == 0
     assert f"a-0: {500 - log_start} records, offsets {log_start}..499" in capsys.readouterr().out
 

@@ -18,9 +18,15 @@ def build_session(master: str = "local[2]"):  # -> pyspark.sql.SparkSession
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from support.kafka_broker import spark_kafka_classpath
+
     jvm_flags = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    builder = SparkSession.builder
+    kafka_jars = spark_kafka_classpath()
+    if kafka_jars:  # Spark's own format("kafka") source, for tests/oracle/ (docs/oracle.md)
+        builder = builder.config("spark.jars", kafka_jars.replace(":", ","))
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName("seglogfs-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

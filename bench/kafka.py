@@ -1,0 +1,333 @@
+"""Kafka clients against seglogd's listener over loopback, beside the mount's append, in one run.
+
+- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path, the baseline; and
+  again while a confluent-kafka consumer-group member reads that log
+- confluent-kafka producer (its defaults, acks=1) and consumer: records/s of 100-byte records
+- end-to-end latency p50/p99 at 10,000 records/s (produce -> a consumer's poll), confluent-kafka
+  defaults, and with ``linger.ms=0`` and idempotence (at most 5 requests in flight)
+- kcat produce (``-l`` a file of lines) and consume (``-e``), records/s
+- the floor asyncio puts under the listener: an asyncio server on the same kind of loop reading 1 MiB
+  frames and answering each with a small one (what a Produce costs the loop with no work), in
+  100-byte-record equivalents per second
+
+Usage: ``python bench/kafka.py [--records 1000000]`` (needs FUSE, kcat; run as a user who may mount).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from seglogd_process import start_seglogd, stop_seglogd, write_config
+
+VALUE = b"x" * 100
+RECORD_ON_WIRE = 108  # a 100-byte value without key or headers in a v2 batch: 8 bytes of framing
+
+
+def port_of(stderr: Path, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.findall(r"Kafka listener on 127\.0\.0\.1:(\d+)", stderr.read_text())
+        if found:
+            return int(found[-1])
+        time.sleep(0.05)
+    raise SystemExit(f"no Kafka listener:\n{stderr.read_text()}")
+
+
+GROUP_READER = """
+import sys
+from confluent_kafka import Consumer
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "bench-readers",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": True})
+consumer.subscribe([sys.argv[2]])
+print("ready", flush=True)
+while True:
+    consumer.consume(10000, 0.5)
+"""
+
+
+def mount_append(mount: Path, lines: Path, n: int, log: str = "cat-0") -> float:
+    (mount / log).mkdir()
+    start = time.perf_counter()
+    subprocess.run(f"cat {lines} > {mount}/{log}/append", shell=True, check=True)
+    return n / (time.perf_counter() - start)
+
+
+def mount_append_while_read(server: str, mount: Path, lines: Path, n: int) -> float:
+    """``mount_append`` while a consumer-group member reads the same log (long polls woken by it)."""
+    (mount / "read-0").mkdir()
+    reader = subprocess.Popen([sys.executable, "-c", GROUP_READER, server, "read"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert reader.stdout is not None
+        reader.stdout.readline()
+        time.sleep(2)  # joined, assigned, its fetch parked
+        start = time.perf_counter()
+        subprocess.run(f"cat {lines} > {mount}/read-0/append", shell=True, check=True)
+        return n / (time.perf_counter() - start)
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+def confluent_produce(server: str, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": server, "acks": "1"})
+    producer.list_topics(topic, timeout=10)  # creates it: not timed
+    start = time.perf_counter()
+    produce, poll = producer.produce, producer.poll
+    for _ in range(n):
+        while True:
+            try:
+                produce(topic, VALUE)
+                break
+            except BufferError:  # the client's queue is full: let it send
+                poll(0.001)
+    producer.flush(120)
+    return n / (time.perf_counter() - start)
+
+
+def confluent_consume(server: str, topic: str, n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": server, "group.id": "bench", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got, start = 0, time.perf_counter()
+    while got < n:
+        got += len(consumer.consume(100_000, 5))
+    rate = n / (time.perf_counter() - start)
+    consumer.close()
+    return rate
+
+
+LATENCY_CONSUMER = """
+import struct, sys, time
+from confluent_kafka import Consumer, TopicPartition
+server, topic, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+consumer = Consumer({"bootstrap.servers": server, "group.id": "lat", "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 100})
+consumer.assign([TopicPartition(topic, 0, 0)])
+print("ready", flush=True)
+latencies, deadline = [], time.monotonic() + 120
+while len(latencies) < total and time.monotonic() < deadline:
+    msg = consumer.poll(0.5)  # consume(n, t) would wait for n records: poll returns each at once
+    if msg is not None and msg.error() is None:
+        latencies.append(time.perf_counter() - struct.unpack(">d", msg.value()[:8])[0])
+consumer.close()
+print(" ".join(f"{x * 1000:.3f}" for x in latencies))
+"""
+
+
+def end_to_end(server: str, topic: str, rate: int, seconds: float, **settings: object) -> tuple[float, float]:
+    """p50 and p99 milliseconds from produce() to a consumer's poll (another process: CLOCK_MONOTONIC is
+    shared), at ``rate`` records/s."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": server, "acks": "1", **settings})
+    producer.list_topics(topic, timeout=10)
+    total = int(rate * seconds)
+    consumer = subprocess.Popen([sys.executable, "-c", LATENCY_CONSUMER, server, topic, str(total)],
+                                stdout=subprocess.PIPE, text=True)
+    assert consumer.stdout is not None
+    consumer.stdout.readline()
+    time.sleep(1)  # its first fetch is parked
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, struct.pack(">d", time.perf_counter()) + VALUE[8:])
+        producer.poll(0)
+    producer.flush(30)
+    out, _ = consumer.communicate(timeout=150)
+    ms = sorted(float(x) for x in out.split())
+    return statistics.median(ms), ms[int(len(ms) * 0.99) - 1]
+
+
+def kcat_rates(server: str, topic: str, lines: Path, n: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    subprocess.run(["kcat", "-b", server, "-P", "-t", topic, "-l", str(lines)], check=True)
+    produce = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    subprocess.run(f"kcat -b {server} -C -t {topic} -e -q -f '%s\\n' > /dev/null", shell=True, check=True)
+    return produce, n / (time.perf_counter() - start)
+
+
+def raw_produce_rate(port: int, topic: str, n: int, per_batch: int = 9000) -> float:
+    """Records/s the listener appends from Produce v9 requests of one ~1 MiB batch each (acks=1, up to
+    5 in flight as librdkafka sends them): its side of producing, without a client's per-record work."""
+    from kio.index import load_request_schema
+
+    from seglogfs.kafka.messages import encode, make, nested
+    from seglogfs.records import encode_values
+
+    cls = load_request_schema(0, 9)
+    batch = encode_values([VALUE] * per_batch, 0, int(time.time() * 1000))
+    part = make(nested(cls, "PartitionProduceData"), index=0, records=batch)
+    data = make(nested(cls, "TopicProduceData"), name=topic, partition_data=(part,))
+    body = struct.pack(">hhih", 0, 9, 1, -1) + b"\0" + encode(
+        make(cls, transactional_id=None, acks=1, timeout=timedelta(seconds=30), topic_data=(data,)))
+    frame = struct.pack(">i", len(body)) + body
+    requests = max(n // per_batch, 1)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        stream = sock.makefile("rb")
+        sent = answered = 0
+        start = time.perf_counter()
+        while answered < requests:
+            while sent < requests and sent - answered < 5:
+                sock.sendall(frame)
+                sent += 1
+            (size,) = struct.unpack(">i", stream.read(4))
+            stream.read(size)
+            answered += 1
+        elapsed = time.perf_counter() - start
+    return requests * per_batch / elapsed
+
+
+def raw_fetch_rate(port: int, topic: str, n: int, max_bytes: int = 1 << 20) -> float:
+    """Records/s a client reading whole Fetch responses (1 MiB each) gets: the listener's side of
+    consuming, without a client library's per-record work."""
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader
+
+    from seglogfs.kafka.messages import encode, make, nested
+    from seglogfs.records import iter_batch_headers
+
+    cls = load_request_schema(1, 12)
+    reader = entity_reader(load_response_schema(1, 12))
+    got, offset = 0, 0
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        stream = sock.makefile("rb")
+        start = time.perf_counter()
+        while got < n:
+            part = make(nested(cls, "FetchPartition"), partition=0, fetch_offset=offset,
+                        partition_max_bytes=max_bytes)
+            topics = (make(nested(cls, "FetchTopic"), topic=topic, partitions=(part,)),)
+            body = struct.pack(">hhih", 1, 12, 1, -1) + b"\0" + encode(
+                make(cls, max_wait=timedelta(0), min_bytes=1, max_bytes=max_bytes, topics=topics,
+                     forgotten_topics_data=()))
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", stream.read(4))
+            response, _ = reader(stream.read(size), 5)
+            records = response.responses[0].partitions[0].records
+            for header in iter_batch_headers(records):
+                got += header.records_count
+                offset = header.last_offset + 1
+        elapsed = time.perf_counter() - start
+    return got / elapsed
+
+
+FLOOR_SERVER = """
+import asyncio, struct, sys
+
+async def serve(reader, writer):
+    answer = struct.pack(">i", 12) + bytes(12)
+    try:
+        while True:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(size)
+            writer.write(answer)
+            await writer.drain()
+    except asyncio.IncompleteReadError:
+        writer.close()
+
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, limit=1 << 20)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def asyncio_floor(frames: int = 400, frame_size: int = 1 << 20) -> float:
+    """100-byte-record equivalents/s an asyncio server process takes in as 1 MiB frames, answering
+    each, 5 in flight (the raw Produce loop's pattern, with no work per frame)."""
+    server = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        frame = struct.pack(">i", frame_size) + b"\0" * frame_size
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            stream = sock.makefile("rb")
+            sent = answered = 0
+            start = time.perf_counter()
+            while answered < frames:
+                while sent < frames and sent - answered < 5:
+                    sock.sendall(frame)
+                    sent += 1
+                stream.read(16)
+                answered += 1
+            elapsed = time.perf_counter() - start
+    finally:
+        server.kill()
+        server.wait()
+    return frames * frame_size / RECORD_ON_WIRE / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    n = args.records
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
+        base = Path(tmp)
+        lines = base / "lines.txt"
+        lines.write_bytes((b"y" * 99 + b"\n") * n)
+        mount = base / "mnt"
+        config = write_config(base / "seglogfs.yaml", base / "data", mount,
+                              {"segment.bytes": "1GiB"}, {},
+                              kafka={"listeners": "PLAINTEXT://127.0.0.1:0"})
+        proc = start_seglogd(config, mount, "multi")
+        try:
+            server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"
+            alone = mount_append(mount, lines, n)
+            rows.append(("mount: cat 100-byte lines > append", f"{alone:,.0f} rec/s"))
+            read = mount_append_while_read(server, mount, lines, n)
+            rows.append(("  the same while a consumer-group member reads that log",
+                         f"{read:,.0f} rec/s ({read / alone:.2f}x)"))
+            produced = confluent_produce(server, "p", n)
+            rows.append(("confluent-kafka produce, defaults, acks=1", f"{produced:,.0f} rec/s"))
+            rows.append(("confluent-kafka consume", f"{confluent_consume(server, 'p', n):,.0f} rec/s"))
+            port = int(server.rsplit(":", 1)[1])
+            rows.append(("raw Produce v9 loop, ~1 MiB batches, 5 in flight (no client library)",
+                         f"{raw_produce_rate(port, 'p', n):,.0f} rec/s"))
+            rows.append(("raw Fetch v12 loop, 1 MiB responses (no client library)",
+                         f"{raw_fetch_rate(port, 'p', n):,.0f} rec/s"))
+            p50, p99 = end_to_end(server, "lat", 10_000, args.latency_seconds)
+            rows.append(("end-to-end at 10,000 rec/s, defaults (linger.ms 5)",
+                         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
+            p50, p99 = end_to_end(server, "lat0", 10_000, args.latency_seconds, **{
+                "linger.ms": 0, "enable.idempotence": True, "acks": "all"})
+            rows.append(("end-to-end at 10,000 rec/s, linger.ms=0, idempotent (5 in flight)",
+                         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
+            produce, consume = kcat_rates(server, "k", lines, n)
+            rows.append(("kcat produce (-l file)", f"{produce:,.0f} rec/s"))
+            rows.append(("kcat consume (-e)", f"{consume:,.0f} rec/s"))
+        finally:
+            stop_seglogd(proc, mount)
+        floor = asyncio_floor()
+        rows.append(("asyncio floor: 1 MiB frames in, 5 in flight, one answer each",
+                     f"{floor:,.0f} rec/s equiv."))
+    width = max(len(what) for what, _ in rows)
+    print(f"{n:,} records of 100 bytes, loopback")
+    for what, figure in rows:
+        print(f"{what:<{width}}  {figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The listener's settings, in Kafka's broker-config names (the daemon reads them from YAML)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from seglogfs.errors import ConfigError
+
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "Endpoint", "ListenerConfig", "is_loopback", "parse_listener"]
+
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # Kafka's socket.request.max.bytes (100 MiB)
+DEFAULT_MAX_CONNECTIONS = 1000
+SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One ``PROTOCOL://host:port`` of ``listeners`` / ``advertised.listeners``."""
+
+    protocol: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.protocol}://{host}:{self.port}"
+
+
+def parse_listener(key: str, text: object) -> Endpoint:
+    """``PLAINTEXT://127.0.0.1:9092`` as Kafka writes it (one listener; ``[::1]`` for IPv6)."""
+    if not isinstance(text, str) or "://" not in text:
+        raise ConfigError(key, text, "expected PROTOCOL://host:port, e.g. PLAINTEXT://127.0.0.1:9092")
+    if "," in text:
+        raise ConfigError(key, text, "one listener only")
+    protocol, _, rest = text.partition("://")
+    protocol = protocol.upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        supported = ", ".join(SECURITY_PROTOCOLS)
+        raise ConfigError(key, text, f"security protocol {protocol}: only {supported} is supported")
+    host, sep, port_text = rest.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(key, text, "expected a port number 0-65535 after the host")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return Endpoint(protocol, host or "0.0.0.0", int(port_text))
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """``kafka:`` of the daemon config. ``listener.port`` 0 binds a free port (tests)."""
+
+    listener: Endpoint
+    advertised: Endpoint | None = None
+    node_id: int = 1
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if self.listener.protocol == "PLAINTEXT" and not is_loopback(self.listener.host):
+            raise ConfigError(
+                "kafka.listeners", str(self.listener),
+                "a PLAINTEXT listener may bind a loopback address only (127.0.0.1, ::1, localhost): "
+                "clients on other machines would read and write without authentication, which the "
+                "listener does not offer yet (SASL/SCRAM-SHA-256 or TLS client certificates)",
+            )
+        if self.max_request_bytes < 1024:
+            key = "kafka.socket.request.max.bytes"
+            raise ConfigError(key, self.max_request_bytes, "expected at least 1024")
+        if self.max_connections < 1:
+            raise ConfigError("kafka.max.connections", self.max_connections, "expected at least 1")
+        if self.num_partitions < 1:
+            raise ConfigError("kafka.num.partitions", self.num_partitions, "expected at least 1")

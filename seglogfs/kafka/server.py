@@ -1,0 +1,167 @@
+"""The listener: an asyncio server in its own thread of seglogd. Each connection reads frames (size
+first, bounded by ``socket.request.max.bytes``) and answers them in order; a frame over the limit,
+one that cannot be read or a failing request closes that connection only. Connections past
+``max.connections`` are closed at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import threading
+
+from seglogfs.log_manager import LogManager
+
+from .append_waiters import AppendWaiters
+from .broker import Broker
+from .framing import FrameError
+from .listener_config import ListenerConfig
+
+__all__ = ["KafkaListener"]
+
+log = logging.getLogger("seglogfs.kafka")
+_SIZE = struct.Struct(">i")
+#: requests read ahead of the one being answered, per connection (Kafka's clients keep at most 5 in
+#: flight by default); with the request size limit this bounds a connection's memory
+PIPELINE = 8
+READ_AHEAD_BYTES = 1 << 20  # past this size a request is read ahead alone
+
+
+class KafkaListener:
+    """Kafka's wire protocol over a :class:`LogManager`. :meth:`start` binds (raising OSError when it
+    cannot) and serves from a thread; :meth:`stop` closes every connection and the socket."""
+
+    def __init__(self, manager: LogManager, config: ListenerConfig) -> None:
+        self.manager = manager
+        self.config = config
+        self._loop = asyncio.new_event_loop()
+        self.waiters = AppendWaiters(self._loop)
+        self.broker = Broker(manager, config, self.waiters)
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+        self.port = 0
+
+    def start(self) -> None:
+        """Bind the listener's address and serve in a thread."""
+        endpoint = self.config.listener
+        family = socket.AF_INET6 if ":" in endpoint.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((endpoint.host, endpoint.port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        advertised = self.config.advertised or endpoint
+        self.broker.advertised = (advertised.host, advertised.port or self.port)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
+        )
+        self.manager.on_append = self.waiters.appended
+        self._thread = threading.Thread(target=self._loop.run_forever, name="seglogd-kafka", daemon=True)
+        self._thread.start()
+        log.info("Kafka listener on %s (advertised as %s:%d)", f"{endpoint.host}:{self.port}",
+                 *self.broker.advertised)
+
+    def config_reloaded(self) -> None:
+        """The daemon applied a reloaded config to the logs: give the offsets logs their policy back."""
+        self._loop.call_soon_threadsafe(self.broker.offsets.apply_configs)
+
+    def stop(self) -> None:
+        """Close the socket and every connection; wait for the thread."""
+        if self._thread is None:
+            return
+        self.manager.on_append = None
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        try:
+            future.result(timeout=10)
+        except Exception:  # a hung connection must not keep the daemon from stopping
+            log.exception("stopping the Kafka listener")
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._thread = None
+        if not self._loop.is_running():
+            self._loop.close()
+
+    async def _shutdown(self) -> None:
+        self.broker.groups.stop()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self.config.max_connections:
+            log.warning("Kafka listener: refusing a connection: max.connections=%d reached",
+                        self.config.max_connections)
+            writer.close()
+            return
+        self._connections.add(task)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._requests(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        except FrameError as exc:
+            log.warning("Kafka listener: closing the connection from %s: %s", peer, exc)
+        except Exception:
+            log.exception("Kafka listener: closing the connection from %s after an error", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer the connection's requests in order. Frames a client pipelines are read ahead (at most
+        :data:`PIPELINE` of them, one when it is over :data:`READ_AHEAD_BYTES`: a connection holds at
+        most about two requests' worth of memory) and the answers to those already waiting go out in
+        one write."""
+        frames: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=PIPELINE)
+        reading = asyncio.create_task(self._read_frames(reader, frames))
+        pending: list[bytes] = []
+        try:
+            while True:
+                item = await frames.get()
+                if isinstance(item, BaseException):
+                    if pending:
+                        writer.writelines(pending)
+                        await writer.drain()
+                    raise item
+                response = await self.broker.handle(item)
+                frames.task_done()
+                if response is not None:
+                    pending.append(response)
+                if pending and frames.empty():
+                    writer.writelines(pending)
+                    pending.clear()
+                    await writer.drain()  # a client that stops reading holds only its own connection
+        finally:
+            reading.cancel()
+
+    async def _read_frames(self, reader: asyncio.StreamReader, frames: asyncio.Queue) -> None:
+        limit = self.config.max_request_bytes
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if size > limit:
+                    raise FrameError(f"request of {size} bytes is over socket.request.max.bytes={limit}")
+                if size < 0:
+                    raise FrameError(f"negative request size {size}")
+                await frames.put(await reader.readexactly(size))
+                if size > READ_AHEAD_BYTES:  # a large one: nothing more is read until it is answered
+                    await frames.join()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the end of the stream, or a frame error: after what came before
+            await frames.put(exc)
