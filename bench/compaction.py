@@ -28,9 +28,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from seglogfs.cleaner import Cleaner
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
-from seglogfs.log_cleaner import Cleaner
 from seglogfs.log_manager import LogManager
 from seglogfs.records import ProducerRecord
 

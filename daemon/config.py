@@ -47,6 +47,7 @@ from seglogfs.config import LogConfig
 from seglogfs.config_units import count_value, size_value
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
+from seglogfs.fs.mount_config import MOUNT_CONFIG_NAMES, MountLogConfig
 from seglogfs.kafka.listener_config import ListenerConfig, parse_listener
 from seglogfs.log_files import check_new_log_name, parse_log_dir_name
 
@@ -71,7 +72,8 @@ class DaemonConfig:
 
     ``logs`` maps each configured log to its effective ``LogConfig`` (``defaults`` overridden by the
     log's own settings); ``log_overrides`` keeps those per-log settings as written; ``cleaner`` holds
-    the ``log.cleaner.*`` settings of ``defaults``.
+    the ``log.cleaner.*`` settings of ``defaults``. ``mount_defaults`` and ``mount_logs`` are the
+    mount's own settings (``fs.*``) read from the same mappings.
     """
 
     data_dir: Path
@@ -84,11 +86,17 @@ class DaemonConfig:
     source: Path = DEFAULT_CONFIG_PATH
     access: Access = field(default_factory=Access.of_process)  # the `fuse:` owner, group and modes
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    mount_defaults: MountLogConfig = field(default_factory=MountLogConfig)
+    mount_logs: dict[str, MountLogConfig] = field(default_factory=dict)
     kafka: ListenerConfig | None = None  # the Kafka listener; None: off
 
     def log_config(self, name: str) -> LogConfig:
         """The config of log ``name``: its own if configured, else the defaults."""
         return self.logs.get(name, self.defaults)
+
+    def mount_config(self, name: str) -> MountLogConfig:
+        """The mount settings of log ``name``: its own if configured, else the defaults."""
+        return self.mount_logs.get(name, self.mount_defaults)
 
 
 # A real config has hundreds of nodes; aliases can make a few lines expand to billions (the "billion
@@ -245,7 +253,15 @@ class _Settings:
         self, prefix: str, mapping: Mapping, base: LogConfig | None, broker_names: bool
     ) -> LogConfig:
         try:
-            return LogConfig.from_mapping(mapping, base, broker_names=broker_names)
+            names = MOUNT_CONFIG_NAMES  # the mount's, read by mount_config
+            return LogConfig.from_mapping(mapping, base, broker_names=broker_names, foreign=names)
+        except ConfigError as err:
+            raise self.fail(f"{prefix}.{err.key}", err.value, err.reason) from None
+
+    def mount_config(self, prefix: str, mapping: Mapping, base: MountLogConfig | None) -> MountLogConfig:
+        """The mount's own settings (``fs.*``) in ``mapping``."""
+        try:
+            return MountLogConfig.from_mapping(mapping, base)
         except ConfigError as err:
             raise self.fail(f"{prefix}.{err.key}", err.value, err.reason) from None
 
@@ -315,10 +331,13 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
         raise settings.fail(key, err.value, err.reason) from None
 
 
-def _log_settings(settings: _Settings, defaults: LogConfig) -> tuple[dict[str, LogConfig], dict[str, dict]]:
-    """``logs:``: each log's effective config, and its own settings as written."""
+def _log_settings(
+    settings: _Settings, defaults: LogConfig, mount_defaults: MountLogConfig
+) -> tuple[dict[str, LogConfig], dict[str, dict], dict[str, MountLogConfig]]:
+    """``logs:``: each log's effective config, its own settings as written, and its mount settings."""
     logs: dict[str, LogConfig] = {}
     overrides: dict[str, dict] = {}
+    mount: dict[str, MountLogConfig] = {}
     for name, own in settings.mapping("logs", settings.document.get("logs")).items():
         if not isinstance(name, str):
             raise settings.fail(f"logs.{name}", name, "YAML read this name as a number; quote it")
@@ -333,8 +352,9 @@ def _log_settings(settings: _Settings, defaults: LogConfig) -> tuple[dict[str, L
         own = settings.mapping(f"logs.{name}", own)
         # Per-log settings take topic-level names only, as Kafka's topic configs do.
         logs[name] = settings.log_config(f"logs.{name}", own, defaults, False)
+        mount[name] = settings.mount_config(f"logs.{name}", own, mount_defaults)
         overrides[name] = dict(own)
-    return logs, overrides
+    return logs, overrides, mount
 
 
 def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
@@ -351,7 +371,8 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
     defaults_mapping = settings.mapping("defaults", settings.document.get("defaults"))
     defaults = settings.log_config("defaults", defaults_mapping, None, True)
     cleaner = settings.cleaner_config(defaults_mapping)
-    logs, overrides = _log_settings(settings, defaults)
+    mount_defaults = settings.mount_config("defaults", defaults_mapping, None)
+    logs, overrides, mount_logs = _log_settings(settings, defaults, mount_defaults)
     kafka = _kafka_settings(settings)
     return DaemonConfig(
         data_dir=data_dir,
@@ -363,6 +384,8 @@ def parse_config(text: str, source: str | Path = "<string>") -> DaemonConfig:
         logs=logs,
         log_overrides=overrides,
         cleaner=cleaner,
+        mount_defaults=mount_defaults,
+        mount_logs=mount_logs,
         kafka=kafka,
         source=Path(os.path.abspath(source)) if str(source) != "<string>" else source,
     )

@@ -27,6 +27,7 @@ from seglogfs.fs.mount import (
     run_mount,
     unmount,
 )
+from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.operations import SeglogOperations
 from seglogfs.kafka import KafkaListener
 from seglogfs.log_manager import LogManager
@@ -156,7 +157,8 @@ class Daemon:
         """Mount and serve until unmounted or signalled (blocks); the exit code so far."""
         assert self.mount_point is not None
         self.ops = SeglogOperations(
-            manager, read_only=cfg.read_only, access=cfg.access, on_init=self._on_init
+            manager, read_only=cfg.read_only, access=cfg.access, on_init=self._on_init,
+            configs=MountConfigs(cfg.mount_defaults, dict(cfg.mount_logs)),
         )
         try:
             self._install_sighup()
@@ -383,6 +385,8 @@ class Daemon:
         except (SeglogError, OSError) as exc:
             log.error("config reload failed, keeping the running config: %s", exc)
             return False
+        if self.ops is not None:
+            self.ops.context.configs.update(new.mount_defaults, new.mount_logs)
         self.config = new
         log.info("config reloaded from %s", self.config_path)
         self.notifier.status(f"serving {len(manager.logs)} log(s) on {self.mount_point} (config reloaded)")

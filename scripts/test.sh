@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (idempotent), lints (ruff, then the import contracts),
-# then runs pytest.
+# type-checks (mypy), then runs pytest.
 # Arguments go to pytest, e.g. `./scripts/test.sh tests/test_config.py -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
 .venv/bin/ruff check .
+.venv/bin/mypy  # strict on the engine; config in pyproject.toml
 .venv/bin/lint-imports  # the layers and no import cycles: contracts in pyproject.toml
 exec .venv/bin/pytest "$@"

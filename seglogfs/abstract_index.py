@@ -84,6 +84,9 @@ class AbstractIndex:
     #: keep the slot after the last entry allocated: an entry that must not fail (the time index's
     #: final entry, written on roll and close) then lands where the disk already gave room
     ALLOCATES_NEXT_SLOT: ClassVar[bool] = False
+
+    _buf: np.ndarray  # the memory copy of the entries' bytes (uint8)
+    _arr: np.ndarray  # the same bytes as entries (DTYPE)
     RELATIVE_OFFSET_FIELD: ClassVar[str] = "rel"
 
     def __init__(

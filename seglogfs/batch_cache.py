@@ -45,7 +45,9 @@ class BatchCache:
     def __init__(self, max_bytes: int = DEFAULT_BATCH_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
         # (view, id(segment), batch position) -> (value, its bytes, weak reference to the segment)
-        self._entries: OrderedDict[tuple[int, int, int], tuple[Any, int, weakref.ref]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int, int], tuple[Any, int, weakref.ref[LogSegment]]] = (
+            OrderedDict()
+        )
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -59,7 +61,8 @@ class BatchCache:
             entry = self._entries.get(key)
             if entry is not None and entry[2]() is segment:
                 self._entries.move_to_end(key)
-                return entry[0]
+                cached: RecordBounds = entry[0]
+                return cached
         bounds = _decode(segment, header, record_bounds)
         self._store(key, bounds, bounds.nbytes, segment)
         return bounds
@@ -71,7 +74,8 @@ class BatchCache:
             entry = self._entries.get(key)
             if entry is not None and entry[2]() is segment:
                 self._entries.move_to_end(key)
-                return entry[0]
+                found: RecordColumns = entry[0]
+                return found
         columns = _decode(segment, header, decode_batch_columns)
         self._store(key, columns, columns.data.nbytes, segment)
         return columns

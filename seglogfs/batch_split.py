@@ -8,6 +8,7 @@ each batch is as long as fits, judged by its exact encoded (compressed) size.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from .compression import Compression
 from .errors import RecordTooLargeError
@@ -35,11 +36,13 @@ def batch_encoder(
     """The encoder of slices of ``items``: ``bytes`` items are key-less values sharing the timestamp
     ``now_ms``; :class:`ProducerRecord` items keep keys, headers and timestamps."""
     if isinstance(items[0], bytes | bytearray | memoryview):
+        values = cast("Sequence[bytes]", items)
         return lambda start, end, base: encode_values(
-            items[start:end], base, now_ms, compression=compression, timestamp_type=timestamp_type
+            values[start:end], base, now_ms, compression=compression, timestamp_type=timestamp_type
         )
+    records = cast("Sequence[ProducerRecord]", items)
     return lambda start, end, base: encode_batch(
-        items[start:end], base, now_ms=now_ms, compression=compression, timestamp_type=timestamp_type
+        records[start:end], base, now_ms=now_ms, compression=compression, timestamp_type=timestamp_type
     )
 
 

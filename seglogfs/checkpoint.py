@@ -10,21 +10,20 @@ Formats (see docs/kafka-format.md sections 5.1, 5.4, 8.4 and 8.5):
 
 Every write goes to ``<file>.tmp``, is fsynced, renamed over the target and the directory fsynced, as
 Kafka's ``CheckpointFile`` does, so a crash leaves either the old or the new file. The ``.tmp`` file is
-always created afresh and never through a symlink (see :func:`create_new_file`).
+always created afresh and never through a symlink (:mod:`seglogfs.durable_files`).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
-import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from seglogfs.durable_files import atomic_write, fsync_dir
 from seglogfs.errors import SeglogError
 from seglogfs.log_files import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA, validate_topic
 
@@ -33,9 +32,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "EMPTY_PRODUCER_SNAPSHOT",
     "CorruptCheckpointError",
-    "atomic_write",
-    "create_new_file",
-    "fsync_dir",
     "new_topic_id",
     "read_clean_shutdown_marker",
     "read_leader_epoch_checkpoint",
@@ -69,46 +65,6 @@ class CorruptCheckpointError(SeglogError):
         self.line = line
         where = f" in {self.path}" + (f" at line {line}" if line is not None else "")
         super().__init__(f"{message}{where}")
-
-
-# --- atomic writes ---------------------------------------------------------------------------------
-
-
-def fsync_dir(path: str | Path) -> None:
-    """fsync a directory so that renames and creations in it survive a crash."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def create_new_file(path: str | Path) -> int:
-    """A write descriptor on a new, empty regular file at ``path``, made by this call.
-
-    A leftover at ``path`` (a crashed write's file, or a symlink planted there) is unlinked first, and
-    the file is created with ``O_EXCL | O_NOFOLLOW``: a symlink is never followed, so nothing outside
-    the directory is ever written. A directory in the way raises ``IsADirectoryError``.
-    """
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-
-
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write ``<path>.tmp``, fsync, rename over ``path``, fsync the dir."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = create_new_file(tmp)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 # --- text checkpoints ------------------------------------------------------------------------------

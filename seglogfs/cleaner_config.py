@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from seglogfs.config_units import (
     INT_MAX,
@@ -101,7 +102,7 @@ class CleanerConfig:
     @property
     def map_bytes_per_thread(self) -> int:
         """The memory of one cleaner thread (Kafka's dedupe buffer / threads): its offset map and, when
-        the budget is large enough, its read windows too (``seglogfs.log_cleaner.Cleaner``)."""
+        the budget is large enough, its read windows too (``seglogfs.cleaner.Cleaner``)."""
         return self.dedupe_buffer_size // max(self.threads, 1)
 
     @property
@@ -116,13 +117,13 @@ class CleanerConfig:
 
         Errors are ``ConfigError`` naming the key and the value, followed by ``(in <source>)``.
         """
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}
         try:
             for key, value in mapping.items():
                 if key in _PARSERS:
                     attr, parse = _PARSERS[key]
                     values[attr] = parse(value, key)
-            return cls(**values)  # type: ignore[arg-type]
+            return cls(**values)
         except ConfigError as err:
             if not source:
                 raise

@@ -18,7 +18,7 @@ transaction keeps none, a transaction marker keeps its record until it may go
   each source segment (so that a cleaned segment ends at the same offset as the segments it
   replaces).
 
-Legacy (v0/v1) batches are copied untouched (see ``seglogfs.log_cleaner``). Their records may be older
+Legacy (v0/v1) batches are copied untouched (see ``seglogfs.cleaner``). Their records may be older
 versions of a tombstone's key that the cleaner never removes: a tombstone after such a batch stays past
 its delete horizon (dropping it would bring the untouched record back as the key's latest).
 """
@@ -51,6 +51,7 @@ from .records.scan import (
     VALUE_LENGTH,
     scan_area,
 )
+from .records.types import Where
 
 __all__ = [
     "BatchFates",
@@ -162,7 +163,7 @@ def make_window(
     chunk: bytearray,
     position: int,
     headers: list[BatchHeader],
-    path: object,
+    path: Where,
     limits: WindowLimits,
     previous_last: int | None = None,
 ) -> Window:
@@ -184,7 +185,7 @@ def make_window(
         if first <= last:
             raise CorruptRecordError(
                 f"damaged batch: offsets from {first} overlap the batch before's (up to {last})",
-                path,  # type: ignore[arg-type]
+                path,
                 header.position,
             )
         last = header.last_offset
@@ -196,17 +197,17 @@ def make_window(
         legacy = header.magic < 2
         if legacy or header.records_count < 0 or crc32c(view[local + _CRC_FROM : end]) != header.crc:
             try:
-                validate_batch(view, header.at(local), path=path)  # type: ignore[arg-type]
+                validate_batch(view, header.at(local), path=path)
             except CorruptRecordError as exc:
-                raise exc.at(path, position) from None  # type: ignore[arg-type]
+                raise exc.at(path, position) from None
         if legacy:
             areas.append(None)
             continue
         if attributes & _CODEC or not _PLAIN_BASE_OFFSETS[0] <= header.base_offset <= _PLAIN_BASE_OFFSETS[1]:
             try:
-                area = records_area(chunk, header.at(local), path)  # type: ignore[arg-type]
+                area = records_area(chunk, header.at(local), path)
             except CorruptRecordError as exc:
-                raise exc.at(path, position) from None  # type: ignore[arg-type]
+                raise exc.at(path, position) from None
         else:
             area = view[local + V2_HEADER_SIZE : end]
         if attributes & _CODEC:
@@ -218,7 +219,7 @@ def make_window(
     return Window(chunk, position, headers[: len(areas)], last=False, areas=areas)
 
 
-def scan_window(window: Window, path: object) -> ScannedWindow:
+def scan_window(window: Window, path: Where) -> ScannedWindow:
     """Parse the records of every compactable batch of the window (CRC-checked by the caller) into
     one array, a C call a batch. Uncompressed records are read where they lie in the window's chunk;
     decompressed ones are appended after it."""
@@ -228,9 +229,9 @@ def scan_window(window: Window, path: object) -> ScannedWindow:
     )
     firsts = np.cumsum(counts) - counts
     scanned = np.empty(ROWS * int(counts.sum()), dtype=np.int64)
-    blocks = memoryview(scanned)
+    blocks = scanned.data  # a memoryview of it
     bases = np.zeros(len(headers), dtype=np.int64)  # where each batch's records lie in ``buffer``
-    extra: list[bytes] = []
+    extra: list[bytes | memoryview] = []
     extra_size = len(window.chunk)
     for i, area in enumerate(areas):
         if area is None:
@@ -238,7 +239,7 @@ def scan_window(window: Window, path: object) -> ScannedWindow:
         header = headers[i]
         if header.attributes & _CODEC:
             bases[i] = extra_size
-            extra.append(area)  # type: ignore[arg-type]
+            extra.append(area)
             extra_size += len(area)
         else:
             bases[i] = header.position - window.position + V2_HEADER_SIZE
@@ -276,7 +277,7 @@ def _row_reader(
     return lambda field: scanned[at + field * stride]
 
 
-def _scan_into(area: bytes | memoryview, count: int, out: memoryview, path: object, position: int) -> None:
+def _scan_into(area: bytes | memoryview, count: int, out: memoryview, path: Where, position: int) -> None:
     """scan_area's rows of one batch, written into ``out``. The C scanner is called directly (a
     batch of one record costs a microsecond, not five); anything amiss goes through scan_area, which
     words the error."""
@@ -285,7 +286,7 @@ def _scan_into(area: bytes | memoryview, count: int, out: memoryview, path: obje
     except ValueError:  # MalformedRecords, or a count the C side refuses
         fine = False
     if not fine:
-        scan_area(area, count, path, position)  # type: ignore[arg-type]
+        scan_area(area, count, path, position)
         raise AssertionError("scan_area accepted records the C scanner refused")
 
 
@@ -304,7 +305,7 @@ def filter_window(
     now_ms: int,
     delete_retention_ms: int,
     stats: FilterStats,
-    path: object,
+    path: Where,
     max_batch_bytes: int = 2**31 - 1,
     txns: CleanerTransactions | None = None,
 ) -> list[CleanedBatch]:
@@ -325,7 +326,8 @@ def filter_window(
     for i in np.flatnonzero(stays).tolist():
         header = headers[i]
         kept = int(kept_counts[i])
-        if window.areas[i] is None or (kept == header.records_count and not needs_horizon[i]):
+        area = window.areas[i]
+        if area is None or (kept == header.records_count and not needs_horizon[i]):
             out.append(CleanedBatch(source.data(header), header.last_offset, header.max_timestamp))
             stats.records_kept += kept
             stats.batches_kept += 1
@@ -335,12 +337,10 @@ def filter_window(
             first = int(window.firsts[i])
             rows = np.flatnonzero(keep[first : first + header.records_count])
             horizon = min(now_ms + delete_retention_ms, _LONG_MAX) if needs_horizon[i] else None
-            rebuilt = _rebuilt(header, window.areas[i], window.fields(i), rows, horizon)  # type: ignore[arg-type]
+            rebuilt = _rebuilt(header, area, window.fields(i), rows, horizon)
             if len(rebuilt.data) > max(max_batch_bytes, header.size):
                 data = source.data(header)
-                rebuilt = _within_limit(
-                    header, data, window.areas[i], window.fields(i), rows, max_batch_bytes, path
-                )  # type: ignore[arg-type]
+                rebuilt = _within_limit(header, data, area, window.fields(i), rows, max_batch_bytes, path)
                 kept = rebuilt.records_count
             out.append(rebuilt)
         else:
@@ -446,7 +446,7 @@ def _within_limit(
     fields: np.ndarray,
     rows: np.ndarray,
     limit: int,
-    path: object,
+    path: Where,
 ) -> CleanedBatch:
     """A batch whose rebuild grew past max.message.bytes (a new delete horizon becomes baseTimestamp,
     and every record's timestampDelta then takes ~5 bytes instead of 1; Kafka only warns). Rebuilt

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
+from types import ModuleType
 
 import cramjam
 import numpy as np
@@ -109,7 +110,7 @@ def decompress(codec: int, data: bytes | memoryview, max_size: int = DEFAULT_MAX
     raise CompressionError(f"unknown compression codec id {codec}")
 
 
-def _bounded(codec: int, module, data: bytes | memoryview, max_size: int) -> bytes:
+def _bounded(codec: int, module: ModuleType, data: bytes | memoryview, max_size: int) -> bytes:
     """gzip or zstd ``data`` decompressed into a buffer of at most ``max_size`` bytes: cramjam stops
     writing (and decompressing) when the buffer is full."""
     first = min(max_size, max(_FIRST_BUFFER_MIN, _FIRST_BUFFER_RATIO * len(data)))

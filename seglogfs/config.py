@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from seglogfs.cleaner_config import CLEANER_CONFIG_NAMES
 from seglogfs.config_units import (
@@ -63,12 +64,9 @@ __all__ = [
 _COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = ("delete", "compact")
-#: Kafka consumer isolation.level values (the mount's fs.isolation.level; read_uncommitted is Kafka's default)
-_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _CHOICES = {
     "message_timestamp_type": _TIMESTAMP_TYPES,
     "compression_type": _COMPRESSION_TYPES,
-    "fs_isolation_level": _ISOLATION_LEVELS,
 }
 
 
@@ -101,15 +99,6 @@ def _parse_cleanup_policy(value: object, key: str) -> tuple[str, ...]:
     return tuple(policies)
 
 
-def _separator(value: object, key: str) -> str | None:
-    # The console producer's key.separator: any non-empty text that cannot occur inside a line.
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or "\n" in value:
-        raise ConfigError(key, value, "expected a non-empty string without a newline (or null for off)")
-    return value
-
-
 def _negative_is_unlimited(parse: Callable[[object, str], int]) -> Callable[[object, str], int]:
     # KafkaConfig.logRetentionTimeMillis: any negative broker-level retention time means -1 (no limit).
     def wrapped(value: object, key: str) -> int:
@@ -134,7 +123,7 @@ def _hours_at_least(minimum: int) -> Callable[[object, str], int]:
 @dataclass(frozen=True)
 class _Field:
     attr: str
-    kind: str  # "int" (Java int), "long", "double", "str", "list", "separator"
+    kind: str  # "int" (Java int), "long", "double", "str", "list"
     minimum: int | None
     # (name, parser) in precedence order: the topic-level name first, then broker-level names.
     names: tuple[tuple[str, Callable[[object, str], object]], ...]
@@ -251,9 +240,6 @@ _FIELDS: tuple[_Field, ...] = (
         0,
         (("delete.retention.ms", _ms), ("log.cleaner.delete.retention.ms", _ms)),
     ),
-    _Field("fs_listing_limit", "int", 1, (("fs.listing.limit", _count),)),
-    _Field("fs_append_key_separator", "separator", None, (("fs.append.key.separator", _separator),)),
-    _Field("fs_isolation_level", "str", None, (("fs.isolation.level", _parse_choice(_ISOLATION_LEVELS)),)),
 )
 _FIELD_BY_ATTR = {f.attr: f for f in _FIELDS}
 _NAME_TO_FIELD = {name: (f, rank) for f in _FIELDS for rank, (name, _) in enumerate(f.names)}
@@ -288,18 +274,14 @@ class LogConfig:
 
     Defaults are Kafka's. ``flush_messages`` and ``flush_ms`` default to Long.MAX_VALUE, which means
     "never flush by count/time, leave it to the OS". ``cleanup_policy`` ``compact`` makes the log
-    cleaner (``seglogfs.log_cleaner``) keep the latest record per key, driven by
+    cleaner (``seglogfs.cleaner``) keep the latest record per key, driven by
     ``min_cleanable_dirty_ratio``, ``min_compaction_lag_ms``, ``max_compaction_lag_ms`` and
     ``delete_retention_ms`` (how long tombstones survive); a compacted log is exempt from time/size
     retention unless ``delete`` is listed too, as in Kafka.
     ``compression_type`` ``producer`` keeps the compression of batches handed in; batches seglogfs
     builds itself are then uncompressed (``codec``).
-    ``fs_listing_limit`` and ``fs_append_key_separator`` are mount settings (not Kafka's): the length
-    of ``by-offset/`` listings, and the separator that splits ``key<sep>value`` lines written to
-    ``append`` (None: lines carry no key), as Kafka's console producer does with ``key.separator``;
-    ``fs_isolation_level`` is what the mount's views show: every record (``read_uncommitted``, Kafka's
-    consumer default) or, as a ``read_committed`` consumer, no record of an aborted transaction and
-    nothing at or past the last stable offset.
+    The mount's own per-log settings (``fs.*``) are not here: ``seglogfs.fs.mount_config`` reads them
+    from the same mappings (``from_mapping``'s ``foreign``).
     """
 
     segment_bytes: int = 1024**3
@@ -320,9 +302,6 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
-    fs_listing_limit: int = 100_000
-    fs_append_key_separator: str | None = None
-    fs_isolation_level: str = "read_uncommitted"
 
     def __post_init__(self) -> None:
         for field in _FIELDS:
@@ -344,8 +323,6 @@ class LogConfig:
                 object.__setattr__(self, field.attr, float(value))
             elif field.kind == "str":
                 _parse_choice(_CHOICES[field.attr])(value, key)
-            elif field.kind == "separator":
-                _separator(value, key)
             else:
                 if not isinstance(value, tuple):
                     raise ConfigError(key, value, "expected a tuple of policies")
@@ -369,6 +346,7 @@ class LogConfig:
         *,
         source: str = "",
         broker_names: bool = True,
+        foreign: Collection[str] = (),
     ) -> LogConfig:
         """``base`` (Kafka's defaults when None) overridden by the configs in ``mapping``.
 
@@ -378,18 +356,21 @@ class LogConfig:
         ``log.roll.hours``, ``log.retention.ms`` beats ``.minutes`` beats ``.hours``. Shadowed keys are
         still validated. The broker-wide cleaner settings (``log.cleaner.threads``..., see
         ``CleanerConfig``) are skipped when ``broker_names`` is true, so one ``defaults`` mapping may
-        hold both. Unknown keys are refused. Errors are ``ConfigError`` naming the key, the value
-        and the reason, followed by ``(in <source>)`` when ``source`` is given.
+        hold both. ``foreign`` names keys another reader of the same mapping takes (the mount's
+        ``fs.*`` settings): skipped. Other unknown keys are refused. Errors are ``ConfigError`` naming
+        the key, the value and the reason, followed by ``(in <source>)`` when ``source`` is given.
         """
         try:
-            return cls._from_mapping(mapping, base if base is not None else cls(), broker_names)
+            return cls._from_mapping(mapping, base if base is not None else cls(), broker_names, foreign)
         except ConfigError as err:
             if not source:
                 raise
             raise ConfigError(err.key, err.value, f"{err.reason} (in {source})") from None
 
     @classmethod
-    def _from_mapping(cls, mapping: Mapping[str, object], base: LogConfig, broker_names: bool) -> LogConfig:
+    def _from_mapping(
+        cls, mapping: Mapping[str, object], base: LogConfig, broker_names: bool, foreign: Collection[str]
+    ) -> LogConfig:
         if not isinstance(mapping, Mapping):
             raise ConfigError("<config>", mapping, "expected a mapping of config names to values")
         # attr -> (precedence rank, key as written, value as written, parsed value)
@@ -400,15 +381,18 @@ class LogConfig:
             entry = _NAME_TO_FIELD.get(key)
             if entry is None and broker_names and key in CLEANER_CONFIG_NAMES:
                 continue  # a broker-wide cleaner setting: CleanerConfig.from_mapping reads it
+            if entry is None and key in foreign:
+                continue
             if entry is None or (entry[1] > 0 and not broker_names):
-                raise ConfigError(key, value, _unknown_reason(key, broker_names))
+                raise ConfigError(key, value, _unknown_reason(key, broker_names, foreign))
             field, rank = entry
             parsed = field.names[rank][1](value, key)
             previous = chosen.get(field.attr)
             if previous is None or rank < previous[0]:
                 chosen[field.attr] = (rank, key, value, parsed)
         try:
-            return dataclasses.replace(base, **{attr: c[3] for attr, c in chosen.items()})
+            changes: dict[str, Any] = {attr: c[3] for attr, c in chosen.items()}
+            return dataclasses.replace(base, **changes)
         except ConfigError as err:
             # Name the key and value as the user wrote them, not the canonical name and parsed value.
             for attr, (_, key, value, _) in chosen.items():
@@ -464,7 +448,7 @@ def _check_ratio(field: _Field, value: object) -> None:
         raise ConfigError(key, value, f"must be at most {field.maximum:g}")
 
 
-def _unknown_reason(key: str, broker_names: bool) -> str:
+def _unknown_reason(key: str, broker_names: bool, foreign: Collection[str]) -> str:
     if key in _KAFKA_NAMES_NOT_APPLICABLE:
         return "a Kafka config that seglogfs does not support"
     if key in CLEANER_CONFIG_NAMES:
@@ -473,6 +457,6 @@ def _unknown_reason(key: str, broker_names: bool) -> str:
         return "a broker-level name; per-log settings take the topic-level name " + (
             _NAME_TO_FIELD[key][0].topic_name
         )
-    known = sorted(_TOPIC_NAMES) if not broker_names else sorted(_NAME_TO_FIELD)
+    known = sorted((_TOPIC_NAMES if not broker_names else _NAME_TO_FIELD.keys()) | set(foreign))
     close = difflib.get_close_matches(key, known, n=1)
     return "unknown config" + (f"; did you mean {close[0]}?" if close else "")

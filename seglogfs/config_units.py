@@ -78,7 +78,7 @@ def _scalar_text(value: object, key: str) -> str | int:
     raise ConfigError(key, value, f"expected a number or a string, not {type(value).__name__}")
 
 
-def parse_size(text: str | int, *, key: str = "size") -> int:
+def parse_size(text: object, *, key: str = "size") -> int:
     """Bytes from ``1GiB``, ``512MiB``, ``10KB``, ``4096`` (see the module docstring for units)."""
     raw = _scalar_text(text, key)
     if isinstance(raw, int):
@@ -91,7 +91,7 @@ def parse_size(text: str | int, *, key: str = "size") -> int:
     return _whole(amount * factor, key, text)
 
 
-def parse_duration_ms(text: str | int, *, key: str = "duration", plain_unit: str = "ms") -> int:
+def parse_duration_ms(text: object, *, key: str = "duration", plain_unit: str = "ms") -> int:
     """Milliseconds from ``7d``, ``12h``, ``30m``, ``10s``, ``500ms``.
 
     A bare number is in ``plain_unit`` (milliseconds unless told otherwise).
@@ -108,22 +108,22 @@ def parse_duration_ms(text: str | int, *, key: str = "duration", plain_unit: str
 
 def size_value(value: object, key: str) -> int:
     """A ``*.bytes`` setting: bytes with an optional size unit."""
-    return parse_size(value, key=key)  # type: ignore[arg-type]
+    return parse_size(value, key=key)
 
 
 def ms_value(value: object, key: str) -> int:
     """A ``*.ms`` setting: milliseconds with an optional duration unit."""
-    return parse_duration_ms(value, key=key)  # type: ignore[arg-type]
+    return parse_duration_ms(value, key=key)
 
 
 def minutes_value(value: object, key: str) -> int:
     """A ``*.minutes`` setting, in milliseconds (a plain number is minutes)."""
-    return parse_duration_ms(value, key=key, plain_unit="min")  # type: ignore[arg-type]
+    return parse_duration_ms(value, key=key, plain_unit="min")
 
 
 def hours_value(value: object, key: str) -> int:
     """A ``*.hours`` setting, in milliseconds (a plain number is hours)."""
-    return parse_duration_ms(value, key=key, plain_unit="h")  # type: ignore[arg-type]
+    return parse_duration_ms(value, key=key, plain_unit="h")
 
 
 def count_value(value: object, key: str) -> int:

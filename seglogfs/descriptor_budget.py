@@ -95,7 +95,7 @@ class DescriptorBudget:
         (it is in use, so recently used)."""
         with self._lock:
             excess = len(self._holders) - self.limit
-            candidates = []
+            candidates: list[tuple[int, FileHolder]] = []
             for uid, holder in self._holders.items():
                 if len(candidates) >= excess + 4:  # a few spare in case some are busy
                     break

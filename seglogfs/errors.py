@@ -65,7 +65,11 @@ class InvalidLogNameError(SeglogError, ValueError):
 
 
 class LogLockedError(SeglogError):
-    """Another process owns this log for writing."""
+    """Another process owns this log for writing (``path``: the locked directory, ``pid``: the
+    holder's, when known; set by :mod:`seglogfs.lock`)."""
+
+    path: str
+    pid: int | None
 
 
 class ReadOnlyLogError(SeglogError):

@@ -7,6 +7,8 @@ Each index has its own module (:mod:`~seglogfs.offset_index`, :mod:`~seglogfs.ti
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from .abstract_index import DEFAULT_MAX_INDEX_SIZE, WARM_SECTION_BYTES, AbstractIndex, InvalidIndexAppendError
@@ -35,6 +37,7 @@ class EmptyIndex:
     """
 
     entries = 0
+    path: Path | None = None  # no file
 
     def __init__(self, is_offset_index: bool, base_offset: int) -> None:
         self._is_offset_index = is_offset_index

@@ -159,6 +159,6 @@ def _locked_error(lock: LogLock, subject: str) -> LogLockedError:
     holder = read_lock_holder(lock.dir, lock.file_name)
     who = f"pid {holder}" if holder is not None else "another process"
     error = LogLockedError(f"{subject} locked for writing by {who} ({lock.path})")
-    error.path = str(lock.dir)  # type: ignore[attr-defined]
-    error.pid = holder  # type: ignore[attr-defined]
+    error.path = str(lock.dir)
+    error.pid = holder
     return error

@@ -17,16 +17,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .batch_cache import BatchCache
 from .batch_split import BatchEncoder, batch_encoder, largest_single_value, split_into_batches
-from .checkpoint import fsync_dir
 from .cleaner_transactions import ProducerLastBatch
 from .compression import Compression
 from .config import LogConfig
 from .descriptor_budget import BUDGET
+from .durable_files import fsync_dir
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -40,14 +41,7 @@ from .lock import LogLock
 from .log_files import parse_log_dir_name, validate_log_name
 from .log_loader import LogLoader
 from .log_removal import SegmentRemoval
-from .log_segments import (
-    clock_ms,
-    discard_new_segment,
-    iter_checked_batches,
-    link_segments,
-    new_segment,
-    segment_index_for,
-)
+from .log_segments import LogSegments, segment_index_for
 from .log_transactions import LogTransactions
 from .log_validator import check_client_batch, place_batch
 from .producer_append import RecentBatches
@@ -67,8 +61,10 @@ from .records import (
     read_batch_header,
 )
 from .records.encode import KeyedValues, encode_keyed_values
+from .retention import deletable_segment_count
 from .segment import LogSegment
 from .timestamp_search import find_offset_by_timestamp
+from .timestamps import clock_ms
 from .totals_counter import counter, progress
 from .totals_file import load as load_totals
 from .totals_file import save as save_totals
@@ -88,8 +84,9 @@ class AppendInfo:
     max_timestamp: int
 
 
-class Log(SegmentRemoval):
-    """One log directory. Open it with :meth:`Log.open`."""
+class Log:
+    """One log directory. Open it with :meth:`Log.open`. Its segments are a :class:`LogSegments`;
+    those leaving it go through its :class:`~seglogfs.log_removal.SegmentRemoval`."""
 
     def __init__(
         self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]
@@ -102,8 +99,7 @@ class Log(SegmentRemoval):
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._removals = 0
+        self._segments = LogSegments(self.dir, config, writable=not read_only, clock=clock)
         self._next_offset = 0
         self._start_offset = 0
         self.recovery_point = 0
@@ -113,7 +109,7 @@ class Log(SegmentRemoval):
         # a segment file was created since the last flush: the flush fsyncs the directory too, as
         # Kafka's LocalLog.flush does, or a crash could lose the new file's name with its data
         self._segment_created = not read_only
-        self._pending_deletes: list[tuple[int, LogSegment, list[Path]]] = []
+        self._removal = SegmentRemoval(self.name, self._segments)
         self._owner_lock: LogLock | None = None
         self._batch_cache = BatchCache()
         self._transactions = LogTransactions(self.dir, read_only=read_only)
@@ -166,9 +162,9 @@ class Log(SegmentRemoval):
             log_obj._owner_lock.acquire()
         before = _dir_stamp(directory)
         try:
-            loader = LogLoader(directory, log_obj.config, read_only=read_only, clock=clock)
+            loader = LogLoader(directory, log_obj.config, log_obj._segments, read_only=read_only)
             loaded = loader.load(recovery_point, log_start_offset, clean_shutdown)
-            log_obj._set_segments(loaded.segments)
+            log_obj._segments.replace(loaded.segments)
             log_obj._next_offset = loaded.next_offset
             log_obj._start_offset = loaded.log_start_offset
             log_obj.recovery_point = loaded.recovery_point
@@ -186,29 +182,18 @@ class Log(SegmentRemoval):
             changed = not clean_shutdown or _dir_stamp(directory) != before
             log_obj._segment_created = not read_only and changed
         except BaseException:
-            for segment in log_obj._segments:
+            for segment in log_obj._segments.all:
                 segment.close(trim=False)
             log_obj._release()
             raise
         counter().watch(log_obj)
         return log_obj
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
-
     def release_files(self) -> None:
         """Close the descriptors of the segments not in use now; they reopen on their next use."""
-        for segment in self._segments:
+        for segment in self._segments.all:
             if segment.release_files():
                 BUDGET.forget(segment)
-
-    def _set_segments(self, segments: list[LogSegment]) -> None:
-        # Copy-on-write: readers hold on to whichever list they fetched.
-        old, kept = self._segments, set(segments)
-        self._segments = list(segments)
-        link_segments(segments)
-        if any(segment not in kept for segment in old):
-            self._removals += 1  # after the new list is out: see `removals`
 
     def _release(self) -> None:
         if self._owner_lock is not None:
@@ -233,7 +218,7 @@ class Log(SegmentRemoval):
         new segment list is out, so an answer computed between two equal counts read before and after
         comes from a list no older than the first count: a cache of reads keeps it only while the
         count stays the same."""
-        return self._removals
+        return self._segments.removals
 
     @property
     def closed(self) -> bool:
@@ -248,17 +233,17 @@ class Log(SegmentRemoval):
     @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first (a snapshot)."""
-        return self._segments
+        return self._segments.all
 
     @property
     def active_segment(self) -> LogSegment:
         """The newest segment, the one appends go to."""
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def size_bytes(self) -> int:
         """The bytes of every segment's .log together."""
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self._segments.all)
 
     @property
     def first_timestamp(self) -> int | None:
@@ -279,7 +264,7 @@ class Log(SegmentRemoval):
     @property
     def last_timestamp(self) -> int | None:
         """The largest timestamp in the log, or None when no batch carries one."""
-        for segment in reversed(self._segments):
+        for segment in reversed(self._segments.all):
             if segment.max_timestamp >= 0:
                 return segment.max_timestamp
             last = segment.last_intact_batch()
@@ -287,18 +272,18 @@ class Log(SegmentRemoval):
                 return last.max_timestamp
         return None
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """What the mount's ``info`` file shows. Read again when retention purged a segment while it
         was being read (its descriptor closed under the read: EBADF, or its file gone: ENOENT)."""
         while True:
-            removals = self._removals
+            removals = self._segments.removals
             try:
                 return self._info()
             except OSError:
-                if self._removals == removals:
+                if self._segments.removals == removals:
                     raise
 
-    def _info(self) -> dict:
+    def _info(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "topic": self.topic,
@@ -306,7 +291,7 @@ class Log(SegmentRemoval):
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "records": self._record_count(),
-            "segments": len(self._segments),
+            "segments": len(self._segments.all),
             "bytes": self.size_bytes,
             "first_timestamp": self.first_timestamp,
             "last_timestamp": self.last_timestamp,
@@ -435,16 +420,22 @@ class Log(SegmentRemoval):
         )
 
     def _check_keys(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
-        """A compacted log takes only keyed records, as a broker refuses others (InvalidRecordError)."""
         if "compact" not in self.config.cleanup_policy or isinstance(items, KeyedValues):
             return
         for i, item in enumerate(items):
             if not isinstance(item, ProducerRecord) or item.key is None:
-                policy = ",".join(self.config.cleanup_policy)
-                raise InvalidRecordError(
-                    f"log {self.name} is compacted (cleanup.policy={policy}): record {i} has no key, "
-                    "and compaction keeps records by key"
-                )
+                self.refuse_keyless(f"record {i}")
+
+    def refuse_keyless(self, what: str) -> None:
+        """A compacted log takes only keyed records, as a broker refuses others: InvalidRecordError
+        saying that ``what`` (a record, or what a writer sends) has no key; nothing when the log is
+        not compacted."""
+        policy = self.config.cleanup_policy
+        if "compact" in policy:
+            raise InvalidRecordError(
+                f"log {self.name} is compacted (cleanup.policy={','.join(policy)}): {what} has no key, "
+                "and compaction keeps records by key"
+            )
 
     def _codec(self) -> Compression:
         return Compression.from_name(self.config.codec)
@@ -476,7 +467,7 @@ class Log(SegmentRemoval):
             if self.read_only or self._closed or self._offline_reason is not None:
                 return self._offline_reason
             try:
-                reason = self._segments[-1].vanished()
+                reason = self._segments.active.vanished()
             except OSError as exc:  # EACCES, EIO...: nothing can vouch for the files
                 reason = f"its files cannot be checked: {exc}"
             if reason is not None:
@@ -558,7 +549,7 @@ class Log(SegmentRemoval):
         return infos
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now_ms: int) -> LogSegment:
-        active = self._segments[-1]
+        active = self._segments.active
         cfg = self.config
         segment_ms = cfg.segment_ms
         if "compact" in cfg.cleanup_policy:  # Kafka: a compacted log rolls by max.compaction.lag.ms too
@@ -579,25 +570,25 @@ class Log(SegmentRemoval):
         with self._lock:
             self._check_writable()
             self._require_files()  # never new files in a directory that replaced the log's
-            active = self._segments[-1]
+            active = self._segments.active
             if active.size == 0 and active.base_offset == self._next_offset:
                 # Its indexes may have stayed small when the disk was full at load: grow them now.
                 active.resize_indexes(self.config.segment_index_bytes)
                 return active
             # The new segment and its preallocated indexes first: when the disk has no room for them,
             # the roll fails (ENOSPC) with nothing changed, and the next append tries again.
-            new = self._new_segment(self._next_offset)
+            new = self._segments.new_segment(self._next_offset)
             try:
                 new.resize_indexes(self.config.segment_index_bytes)
                 active.on_become_inactive()
                 active.flush()  # Kafka flushes the sealed segment right after a roll
             except BaseException:
-                discard_new_segment(new)
+                LogSegments.discard_new(new)
                 raise
             self._dirty.discard(active)
             if active.release_files():  # sealed: reopened when read
                 BUDGET.forget(active)
-            self._set_segments([*self._segments, new])
+            self._segments.replace([*self._segments.all, new])
             self._segment_created = True
             log.info("%s: rolled new segment %s", self.name, new.log_path.name)
             self.save_sealed_totals(active)
@@ -618,6 +609,83 @@ class Log(SegmentRemoval):
             except OSError as exc:
                 name = segment.log_path.name
                 log.warning("%s: the view totals of %s were not saved: %s", self.name, name, exc)
+
+    # ================================================================== removing segments
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Kafka's retention: by time, by size and by log start offset (:mod:`seglogfs.retention`).
+        Returns the number of segments deleted.
+
+        Deleted segments are renamed ``.deleted`` at once and removed after ``file.delete.delay.ms``.
+        """
+        if self.read_only or self._closed:
+            return 0
+        now = clock_ms(self._clock) if now_ms is None else now_ms
+        with self._lock:
+            segments = self._segments.all
+            deletable = deletable_segment_count(segments, self.config, self._start_offset, now, self.name)
+            # Never delete the last segment when it is empty; if all would go, roll first (as Kafka).
+            if deletable >= len(segments):
+                if segments[-1].size == 0:
+                    deletable = len(segments) - 1
+                else:
+                    self.roll()
+                    segments = self._segments.all
+            if deletable > 0:
+                self._delete_segments(segments[:deletable], segments[deletable:], now)
+            self._removal.purge(now)
+            return max(deletable, 0)
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset`` (never down; ``-1`` means
+        the end offset) and delete the segments wholly below it. Returns the new start offset.
+        OffsetOutOfRangeError for an offset past the end."""
+        with self._lock:
+            if self.read_only or self._closed:
+                raise ReadOnlyLogError(f"log {self.name} is read-only")
+            end = self._next_offset
+            target = end if offset == -1 else offset
+            if not 0 <= target <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside log {self.name} [0, {end}]")
+            self._start_offset = max(self._start_offset, target)
+            self._batch_cache.clear()
+        self.delete_old_segments(now_ms)
+        return self._start_offset
+
+    def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
+        self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)
+        self._start_offset = max(self._start_offset, kept[0].base_offset)
+        self._batch_cache.clear()
+        try:
+            self._transactions.forget_snapshots_below(kept[0].base_offset)
+        except OSError as exc:  # a snapshot left behind is harmless: the next load drops it
+            log.warning("%s: old producer snapshots not deleted: %s", self.name, exc)
+        self._dirty.difference_update(doomed)
+
+    def replace_segments(self, old: Sequence[LogSegment], base_offset: int, now_ms: int) -> LogSegment | None:
+        """Swap in the cleaned segment at ``base_offset`` (its ``.cleaned`` files written and fsync'd)
+        for the consecutive segments ``old`` (:mod:`seglogfs.segment_swap`); readers see either list.
+        None, with nothing changed, when ``old`` is no longer part of the log (retention deleted some
+        of them meanwhile) or the log is closed or offline: the caller discards the ``.cleaned`` files."""
+        with self._lock:
+            current = self._segments.all
+            at = next((i for i, s in enumerate(current) if s is old[0]), None)
+            if self._closed or self._offline_reason is not None:
+                return None
+            if at is None or any(a is not b for a, b in zip(current[at:], old, strict=False)):
+                return None
+            if at + len(old) >= len(current):
+                return None  # never the active segment
+            new = self._removal.replace(old, at, base_offset, now_ms + self.config.file_delete_delay_ms)
+            self._dirty.difference_update(old)
+            self._batch_cache.clear()
+            return new
+
+    @property
+    def deleted_segments(self) -> list[LogSegment]:
+        """Segments retention deleted whose files (renamed ``.deleted``) are kept until
+        ``file.delete.delay.ms`` has passed, oldest first: a reader in the middle of one may finish it."""
+        return self._removal.deleted_segments
 
     # ================================================================== flushing
 
@@ -664,7 +732,7 @@ class Log(SegmentRemoval):
     def lookup(self, offset: int) -> tuple[LogSegment, BatchHeader]:
         """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
         self._check_range(offset)
-        segments = self._segments
+        segments = self._segments.all
         i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
@@ -734,7 +802,7 @@ class Log(SegmentRemoval):
         """
         start = self._start_offset if start is None else max(start, self._start_offset)
         end_offset = self._next_offset if end is None else min(end, self._next_offset)
-        return iter_checked_batches(self._segments, start, end_offset)
+        return self._segments.iter_checked_batches(start, end_offset)
 
     def iter_records(
         self, start: int | None = None, end: int | None = None, *, isolation: Isolation = READ_UNCOMMITTED
@@ -765,12 +833,14 @@ class Log(SegmentRemoval):
     def hidden_batch(self) -> Callable[[BatchHeader], bool]:
         """``hidden(header)``: True for a data batch of an aborted transaction, which a read_committed
         reader never sees (what lies at or past :attr:`last_stable_offset` is the caller's to leave out)."""
-        return self._transactions.hides(self._segments, self._start_offset, self._next_offset, self._removals)
+        segments = self._segments
+        start, end = self._start_offset, self._next_offset
+        return self._transactions.hides(segments.all, start, end, segments.removals)
 
     def has_aborted_transactions(self) -> bool:
         """True when the log holds an aborted transaction (a read_committed reader then skips some)."""
-        segments, start, end = self._segments, self._start_offset, self._next_offset
-        return self._transactions.has_aborted(segments, start, end, self._removals)
+        segments, start, end = self._segments.all, self._start_offset, self._next_offset
+        return self._transactions.has_aborted(segments, start, end, self._segments.removals)
 
     def last_batches_of_producers(self) -> dict[int, ProducerLastBatch]:
         """Each known producer's last batch, as the producer state has it (Kafka's
@@ -781,7 +851,7 @@ class Log(SegmentRemoval):
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets [start, end), by first offset (from the
         segments' ``.txnindex`` files)."""
-        return self._transactions.aborted(self._segments, start, end)
+        return self._transactions.aborted(self._segments.all, start, end)
 
     def offset_for_timestamp(self, timestamp_ms: int, *, isolation: Isolation = READ_UNCOMMITTED) -> int:
         """Kafka's offsetsForTimes: the offset of the first record with timestamp >= ``timestamp_ms``;
@@ -799,8 +869,8 @@ class Log(SegmentRemoval):
         return visible
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
-        for segment in self._segments:
-            if segment.max_timestamp < timestamp_ms and segment is not self._segments[-1]:
+        for segment in self._segments.all:
+            if segment.max_timestamp < timestamp_ms and segment is not self._segments.active:
                 continue
             found = find_offset_by_timestamp(segment, timestamp_ms, self._start_offset, self._batch_cache)
             if found is not None:
@@ -812,8 +882,8 @@ class Log(SegmentRemoval):
     def update_config(self, config: LogConfig) -> None:
         """Apply new settings live (they take effect for the next append, roll and retention run)."""
         with self._lock:
-            self.config = config
-            for segment in self._segments:
+            self.config = self._segments.config = config
+            for segment in self._segments.all:
                 segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self) -> None:
@@ -826,13 +896,13 @@ class Log(SegmentRemoval):
                 self._flush_locked()
                 snapshot_failed = self._transactions.close_snapshot(self._next_offset)
             counter().unwatch(self)
-            active = self._segments[-1]
-            for segment in self._segments:
+            active = self._segments.active
+            for segment in self._segments.all:
                 segment.close(trim=segment is active and not self.read_only)
-            self._purge_deleted(2**62)
+            self._removal.purge(2**62)
             if not self.read_only:
                 try:
-                    save_totals(self.dir, self._segments)
+                    save_totals(self.dir, self._segments.all)
                 except OSError as exc:  # the next open counts them again
                     log.warning("%s: the view totals were not saved: %s", self.name, exc)
             self._closed = True
@@ -849,7 +919,7 @@ class Log(SegmentRemoval):
             if self._closed:
                 return
             self._closed = True
-            for segment in self._segments:
+            for segment in self._segments.all:
                 with contextlib.suppress(OSError):
                     segment.close(trim=False)
             self._release()

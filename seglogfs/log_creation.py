@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from .checkpoint import fsync_dir
+from .durable_files import fsync_dir
 from .log_files import (
     LOG_DIR_FILES,
     LOG_LOCK_FILE,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from .log_files import (
     segment_base_offsets,
     segment_file_name,
 )
-from .log_segments import link_segments, new_segment
+from .log_segments import LogSegments
 from .records import validate_batch
 from .segment import LogSegment, next_offset_of_file, pread_header
 
@@ -69,13 +68,13 @@ class LogLoader:
     """Loads (and, when writable, repairs) the segments of one log directory."""
 
     def __init__(
-        self, directory: Path, config: LogConfig, *, read_only: bool, clock: Callable[[], float]
+        self, directory: Path, config: LogConfig, segments: LogSegments, *, read_only: bool
     ) -> None:
         self.dir = directory
         self.name = directory.name
         self.config = config
         self.read_only = read_only
-        self._clock = clock
+        self._segments = segments  # the log's: makes its segments
         self._recovered_from: int | None = None
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
@@ -103,7 +102,7 @@ class LogLoader:
                     self._recover_segments(segments, first_to_recover, recovery_point)
             if not segments:
                 segments = [self._new_segment(max(log_start_offset, 0))]
-            link_segments(segments)
+            LogSegments.link(segments)
             active = segments[-1]
             next_offset = self._active_segment_end(segments)
             if not self.read_only:
@@ -121,7 +120,7 @@ class LogLoader:
         return LoadedLog(segments, next_offset, start_offset, recovered_to, self._recovered_from)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return new_segment(self.dir, base_offset, self.config, writable=not self.read_only, clock=self._clock)
+        return self._segments.new_segment(base_offset)
 
     def _read_only_segments(self) -> list[LogSegment]:
         """The segments a reader sees, changing no file: one per ``.log`` file, except that a ``.swap``
@@ -137,9 +136,7 @@ class LogLoader:
                 continue  # an incomplete clean: the writable load discards it
             # Installed since the listing, it is found under its final name.
             for suffix in (SWAP_SUFFIX, ""):
-                swap = new_segment(
-                    self.dir, base, self.config, writable=False, clock=self._clock, file_suffix=suffix
-                )
+                swap = self._segments.new_segment(base, writable=False, file_suffix=suffix)
                 try:
                     swap.hold_open()
                     damage = _swap_damage(swap.log_path, base) if suffix else None
@@ -279,7 +276,7 @@ class LogLoader:
         records): the damage stays in place, its offsets unreadable, and appends go after the last
         intact batch of the active segment. A page a power loss lost past ``recovery_point`` in the
         active segment is a torn tail, cut with what follows (see ``LogSegment.recover``)."""
-        link_segments(segments)  # each segment's offset limit: a witness for its last batch
+        LogSegments.link(segments)  # each segment's offset limit: a witness for its last batch
         if first < len(segments):
             base = segments[first].base_offset
             self._recovered_from = base if self._recovered_from is None else min(self._recovered_from, base)

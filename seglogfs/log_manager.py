@@ -4,7 +4,7 @@ It keeps Kafka's data-dir files: ``.kafka_cleanshutdown`` (deleted as soon as lo
 written again on a clean close) and the text checkpoints ``recovery-point-offset-checkpoint``,
 ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` (and, through its log cleaner,
 ``cleaner-offset-checkpoint``), so a directory written here is one a broker can load, and a broker's
-directory opens here. It owns the log cleaner (:mod:`seglogfs.cleaner_manager`), as Kafka's does.
+directory opens here. It owns the log cleaner (:mod:`seglogfs.log_cleaner`), as Kafka's does.
 
 A writer locks the data dir (``.lock``, as a broker does); its logs keep no lock descriptor of their
 own (each log dir's lock is probed at open, and every other writer of a log checks the data dir's
@@ -39,14 +39,14 @@ from .checkpoint import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
+from .cleaner import CleanResult
 from .cleaner_config import CleanerConfig
-from .cleaner_manager import LogCleaner
 from .config import LogConfig
 from .errors import CloseError, InvalidLogNameError, LogOfflineError, ReadOnlyLogError, SeglogError
 from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
-from .log_cleaner import CleanResult
+from .log_cleaner import LogCleaner
 from .log_creation import remove_created_log_dir
 from .log_files import (
     LEADER_EPOCH_CHECKPOINT,
@@ -353,7 +353,7 @@ class LogManager:
             return None
         return self.cleaner.clean_once(now_ms)
 
-    def cleaner_state(self, name: str) -> dict:
+    def cleaner_state(self, name: str) -> dict[str, object]:
         """Log ``name``'s compaction state, JSON-ready: dirty_ratio, cleanable, first_dirty_offset,
         last_clean_ms, passes, bytes_in, bytes_out, records_removed (KeyError for no such log)."""
         return self.cleaner.state(self._logs[name])

@@ -1,8 +1,10 @@
-"""The ordered segments of one log (Kafka's ``LogSegments``): how the log and its loader make a segment,
-link each to the next, and find the one holding an offset.
+"""The ordered segments of one log (Kafka's ``LogSegments``): :class:`LogSegments`, owned by a
+:class:`~seglogfs.log.Log` (and used by its loader), makes a segment, links each to the next, and finds
+the one holding an offset.
 
-A log keeps its segments in a plain list, oldest first, replaced as a whole (copy-on-write) whenever
-a roll, a load or retention changes it, so that a reader can keep working on the list it fetched.
+The segments are a plain list, oldest first, replaced as a whole (copy-on-write) whenever a roll, a
+load, retention or a clean changes it, so that a reader can keep working on the list it fetched
+(:attr:`LogSegments.all`); the free functions here work on such a snapshot.
 """
 
 from __future__ import annotations
@@ -15,63 +17,91 @@ from .config import LogConfig
 from .errors import CorruptRecordError
 from .records import BatchHeader, validate_batch
 from .segment import LogSegment, random_roll_jitter
+from .timestamps import clock_ms
 
-__all__ = [
-    "clock_ms",
-    "discard_new_segment",
-    "iter_checked_batches",
-    "link_segments",
-    "new_segment",
-    "segment_index_for",
-]
+__all__ = ["LogSegments", "iter_checked_batches", "segment_index_for"]
 
 
-def clock_ms(clock: Callable[[], float]) -> int:
-    """``clock()`` (seconds, as ``time.time``) in epoch milliseconds."""
-    return int(clock() * 1000)
+class LogSegments:
+    """The segments of the log in ``directory``, oldest first. Changed only under the owning log's
+    lock (or by its loader before the log is shared); read without a lock through :attr:`all`."""
 
+    def __init__(
+        self, directory: Path, config: LogConfig, *, writable: bool, clock: Callable[[], float]
+    ) -> None:
+        self.dir = directory
+        #: the log's settings (a segment's index sizes and roll jitter); the log replaces it live
+        self.config = config
+        self.writable = writable
+        self._clock = clock
+        #: the current list (a snapshot: never changed in place)
+        self.all: list[LogSegment] = []
+        #: how many times segments left the list (see :attr:`seglogfs.log.Log.removals`)
+        self.removals = 0
 
-def new_segment(
-    directory: Path,
-    base_offset: int,
-    config: LogConfig,
-    *,
-    writable: bool,
-    clock: Callable[[], float],
-    file_suffix: str = "",
-) -> LogSegment:
-    """The segment of ``directory`` at ``base_offset``, set up by ``config`` (its roll jitter drawn now);
-    ``file_suffix``: its files are ``<base>.log<suffix>`` and so on (a reader's view of a ``.swap``)."""
-    return LogSegment(
-        directory,
-        base_offset,
-        index_interval_bytes=config.index_interval_bytes,
-        max_index_size=config.segment_index_bytes,
-        roll_jitter_ms=random_roll_jitter(config.segment_jitter_ms, config.segment_ms),
-        writable=writable,
-        created_ms=clock_ms(clock),
-        file_suffix=file_suffix,
-    )
+    @property
+    def active(self) -> LogSegment:
+        """The last segment, the one appends go to."""
+        return self.all[-1]
 
+    def __len__(self) -> int:
+        return len(self.all)
 
-def link_segments(segments: Sequence[LogSegment]) -> None:
-    """Give each segment its offset limit: a sealed segment's batches end before the next one begins,
-    a witness for their offsets; the last segment has none."""
-    for segment, following in zip(segments, [*segments[1:], None], strict=True):
-        segment.offset_limit = following.base_offset if following is not None else None
+    def replace(self, segments: Sequence[LogSegment]) -> None:
+        """Make ``segments`` the list (linked: :meth:`link`); a segment left out counts a removal."""
+        old, kept = self.all, set(segments)
+        self.all = list(segments)
+        self.link(segments)
+        if any(segment not in kept for segment in old):
+            self.removals += 1  # after the new list is out: see Log.removals
+
+    def index_for(self, offset: int) -> int:
+        """Index in :attr:`all` of the segment that would hold ``offset``."""
+        return segment_index_for(offset, self.all)
+
+    def new_segment(
+        self, base_offset: int, *, writable: bool | None = None, file_suffix: str = ""
+    ) -> LogSegment:
+        """A segment of this log at ``base_offset``, set up by the config (its roll jitter drawn now),
+        not yet in the list. ``writable`` defaults to the log's; ``file_suffix``: its files are
+        ``<base>.log<suffix>`` and so on (a reader's view of a ``.swap``)."""
+        config = self.config
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            roll_jitter_ms=random_roll_jitter(config.segment_jitter_ms, config.segment_ms),
+            writable=self.writable if writable is None else writable,
+            created_ms=clock_ms(self._clock),
+            file_suffix=file_suffix,
+        )
+
+    @staticmethod
+    def discard_new(segment: LogSegment) -> None:
+        """Close and delete a segment that was never part of the log (a roll that failed half-way)."""
+        segment.close(trim=False)
+        for path in (segment.log_path, segment.index_path, segment.time_index_path):
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def link(segments: Sequence[LogSegment]) -> None:
+        """Give each segment its offset limit: a sealed segment's batches end before the next one
+        begins, a witness for their offsets; the last segment has none."""
+        for segment, following in zip(segments, [*segments[1:], None], strict=True):
+            segment.offset_limit = following.base_offset if following is not None else None
+
+    def iter_checked_batches(
+        self, start: int, end_offset: int
+    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
+        """:func:`iter_checked_batches` of the current list."""
+        return iter_checked_batches(self.all, start, end_offset)
 
 
 def segment_index_for(offset: int, segments: Sequence[LogSegment]) -> int:
     """Index in ``segments`` (one snapshot of the list, which retention and rolls replace) of the
     segment that would hold ``offset``."""
     return max(bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1, 0)
-
-
-def discard_new_segment(segment: LogSegment) -> None:
-    """Close and delete a segment that was never part of the log (a roll that failed half-way)."""
-    segment.close(trim=False)
-    for path in (segment.log_path, segment.index_path, segment.time_index_path):
-        path.unlink(missing_ok=True)
 
 
 def iter_checked_batches(

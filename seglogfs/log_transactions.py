@@ -266,7 +266,9 @@ class LogTransactions:
     def has_aborted(self, segments: Sequence[LogSegment], log_start: int, log_end: int, version: int) -> bool:
         """True when some aborted transaction is left in the log (see :meth:`hides`)."""
         self.hides(segments, log_start, log_end, version)
-        return self._hides_for[1]  # type: ignore[index]
+        cached = self._hides_for
+        assert cached is not None  # hides() just set it
+        return cached[1]
 
     def aborted(self, segments: Sequence[LogSegment], start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [start, end), by first offset, from the ``.txnindex``

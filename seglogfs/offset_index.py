@@ -117,13 +117,14 @@ class OffsetIndex(AbstractIndex):
             if slot == -1:
                 lower = _new_tuple(OffsetPosition, (base, 0))
             else:
-                rel, pos = _ENTRY.unpack_from(self._arr, slot * OFFSET_INDEX_ENTRY_SIZE)
+                # numpy's stubs give an ndarray the buffer protocol on Python 3.12 and later only
+                rel, pos = _ENTRY.unpack_from(self._arr, slot * OFFSET_INDEX_ENTRY_SIZE)  # type: ignore[arg-type]
                 lower = _new_tuple(OffsetPosition, (base + rel, pos))
                 if rel == target:
                     return lower, lower
             if slot + 1 >= self._entries:
                 return lower, None
-            rel, pos = _ENTRY.unpack_from(self._arr, (slot + 1) * OFFSET_INDEX_ENTRY_SIZE)
+            rel, pos = _ENTRY.unpack_from(self._arr, (slot + 1) * OFFSET_INDEX_ENTRY_SIZE)  # type: ignore[arg-type]
             return lower, _new_tuple(OffsetPosition, (base + rel, pos))
 
     def fetch_upper_bound_offset(self, position: int, fetch_size: int) -> OffsetPosition | None:

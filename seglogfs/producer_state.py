@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from .checkpoint import atomic_write, fsync_dir
+from .durable_files import atomic_write, fsync_dir
 from .errors import CorruptRecordError, ReadOnlyLogError, SeglogError
 from .log_files import PRODUCER_SNAPSHOT_SUFFIX, parse_offset_file_name, segment_file_name
 from .records import BatchHeader, Compression, decode_batch_all, decode_record, records_area
@@ -57,7 +57,7 @@ _CRC_START = 6
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _MARKER_KEY = struct.Struct(">hh")  # version, control type
 _MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
-# A snapshot being written (checkpoint.atomic_write's temp name): its suffix is ".snapshot.tmp", so no
+# A snapshot being written (durable_files.atomic_write's temp name): its suffix is ".snapshot.tmp", so no
 # snapshot listing (ours, Kafka's: the name must end in ".snapshot") ever takes it for a snapshot.
 _TEMP_NAME = re.compile(r"\d+\.snapshot\.tmp")
 
@@ -195,9 +195,13 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"snapshot {path} holds {len(data)} bytes for {count} entries")
     entries = []
-    for fields in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size :]):
-        *known, txn_first = fields
-        entries.append(ProducerStateEntry(*known, None if txn_first < 0 else txn_first))
+    for producer_id, epoch, sequence, last_offset, delta, timestamp, coordinator_epoch, txn_first in (
+        _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size :])
+    ):
+        first = None if txn_first < 0 else txn_first
+        entries.append(ProducerStateEntry(
+            producer_id, epoch, sequence, last_offset, delta, timestamp, coordinator_epoch, first
+        ))
     return entries
 
 

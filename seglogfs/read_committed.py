@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from operator import attrgetter
-from typing import Literal, Protocol, cast
+from typing import Protocol
 
 from .records import BatchHeader
 
@@ -22,17 +23,27 @@ __all__ = [
     "READ_COMMITTED", "READ_UNCOMMITTED", "AbortedLike", "Isolation", "hidden_batches", "isolation_level",
 ]
 
-#: Kafka's isolation.level values: every record (the consumer default), or only committed ones
-Isolation = Literal["read_uncommitted", "read_committed"]
-READ_UNCOMMITTED: Isolation = "read_uncommitted"
-READ_COMMITTED: Isolation = "read_committed"
+class Isolation(StrEnum):
+    """Kafka's ``isolation.level``: every record (the consumer default), or only committed ones."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
 
 
-def isolation_level(value: str) -> Isolation:
-    """``value`` as an :data:`Isolation`; ValueError naming the accepted values otherwise."""
-    if value in (READ_UNCOMMITTED, READ_COMMITTED):
-        return cast(Isolation, value)
-    raise ValueError(f"isolation level {value!r}: must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
+READ_UNCOMMITTED = Isolation.READ_UNCOMMITTED
+READ_COMMITTED = Isolation.READ_COMMITTED
+
+
+def isolation_level(value: object) -> Isolation:
+    """``value`` as an :class:`Isolation` (the one check of the level's name); ValueError naming the
+    accepted values otherwise."""
+    if isinstance(value, str):
+        try:
+            return Isolation(value)
+        except ValueError:
+            pass
+    accepted = " or ".join(repr(level.value) for level in Isolation)
+    raise ValueError(f"isolation level {value!r}: must be {accepted}")
 
 
 class AbortedLike(Protocol):

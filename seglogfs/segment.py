@@ -21,10 +21,13 @@ import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
 
 from .descriptor_budget import BUDGET
-from .errors import CorruptRecordError, SegmentFileMissingError
-from .index import DEFAULT_MAX_INDEX_SIZE, AbstractIndex, OffsetIndex, TimeIndex
+from .errors import CorruptIndexError, CorruptRecordError, SegmentFileMissingError
+from .index import DEFAULT_MAX_INDEX_SIZE, AbstractIndex, EmptyIndex, OffsetIndex, TimeIndex
 from .log_files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from .records import (
     HEADER_SIZE_UP_TO_MAGIC,
@@ -34,7 +37,7 @@ from .records import (
     read_batch_header,
 )
 from .segment_lookup import SegmentLookup
-from .segment_recovery import SegmentRecovery
+from .segment_recovery import Rebuilt, SegmentRecovery
 from .segment_survey import Damage, SegmentSurvey
 from .segment_totals import SegmentTotals
 from .transaction_index import TransactionIndex
@@ -46,16 +49,18 @@ __all__ = [
 _READ_CHUNK = 4 * 1024 * 1024
 _UIDS = itertools.count(1)
 _NO_LIMIT = 1 << 62
+_Index = TypeVar("_Index", OffsetIndex, TimeIndex)
 
 log = logging.getLogger(__name__)
 
 
-class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
+class LogSegment:
     """A segment of a log. ``writable=False`` opens it for reading only and never touches the files.
 
-    Finding an offset's batch (:class:`~seglogfs.segment_lookup.SegmentLookup`), the damage survey
-    (:class:`~seglogfs.segment_survey.SegmentSurvey`) and the index checks and recovery
-    (:class:`~seglogfs.segment_recovery.SegmentRecovery`) live in their own modules.
+    Three collaborators, each in its own module, do the segment's harder walks through its public
+    reads: finding an offset's batch (:class:`~seglogfs.segment_lookup.SegmentLookup`), the damage
+    survey (:class:`~seglogfs.segment_survey.SegmentSurvey`), and the index checks, recovery and
+    tail-finding (:class:`~seglogfs.segment_recovery.SegmentRecovery`).
     """
 
     def __init__(
@@ -113,8 +118,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
             # A reader of a log dir with no segment yet, or of one retention just removed: empty.
             self.size = 0
         self._lock = threading.Lock()
-        self._offset_index: OffsetIndex | None = None
-        self._time_index: TimeIndex | None = None
+        # a reader's EmptyIndex stands in for a missing or wrong index (lookups then scan)
+        self._offset_index: OffsetIndex | EmptyIndex | None = None
+        self._time_index: TimeIndex | EmptyIndex | None = None
         self._bytes_since_last_index_entry = 0
         self._max_timestamp: int | None = None  # loaded lazily from the time index
         self._offset_of_max_timestamp = base_offset
@@ -126,6 +132,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         self._indexes_checked = False  # checked against the .log (or rebuilt) since this object exists
         self._checking_indexes = False
         self.totals = SegmentTotals(self)  # the views' byte counts (seglogfs.segment_totals)
+        self._survey = SegmentSurvey(self)
+        self._lookup = SegmentLookup(self, self._survey)
+        self._recovery = SegmentRecovery(self, self._survey)
         if self._fd_value >= 0:
             BUDGET.touch(self)
 
@@ -291,13 +300,125 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
     def offset_index(self) -> OffsetIndex:
         if not self._indexes_ready:
             self._open_indexes()
+        # open now; a reader's EmptyIndex answers every lookup an OffsetIndex does
         return self._offset_index  # type: ignore[return-value]
 
     @property
     def time_index(self) -> TimeIndex:
         if not self._indexes_ready:
             self._open_indexes()
+        # open now; a reader's EmptyIndex answers every lookup a TimeIndex does
         return self._time_index  # type: ignore[return-value]
+
+    def _open_indexes(self) -> None:
+        """Open both indexes; the first time, check them against the .log and rebuild them if wrong."""
+        with self._index_lock:
+            if self._indexes_ready:
+                return
+            if self._offset_index is None:
+                self._offset_index = self._open_index(OffsetIndex, self.index_path)
+            if self._time_index is None:
+                self._time_index = self._open_index(TimeIndex, self.time_index_path)
+            if self._checking_indexes:  # the check below reads batches through the indexes
+                return
+            if not self._indexes_checked and not self.needs_index_rebuild and self.size > 0:
+                self._checking_indexes = True
+                try:
+                    problem = self._recovery.index_problem(self._offset_index, self._time_index)
+                    if problem is not None:
+                        self._index_failed(problem)
+                finally:
+                    self._checking_indexes = False
+            elif not self._indexes_checked and self.writable and self.size == 0:
+                # An empty .log has nothing to index: what its preallocated files hold are zeros a
+                # power loss kept with the files' length and not their trim (taken as entries, they
+                # would fill the index).
+                for index in (self._offset_index, self._time_index):
+                    if isinstance(index, AbstractIndex) and index.entries:
+                        index.limit_entries(0)
+            self._indexes_checked = True
+            self._indexes_ready = True
+
+    def _open_index(self, cls: type[_Index], path: Path) -> _Index | EmptyIndex:
+        """One index: the writer's (created when missing), or a reader's checked copy (an
+        ``EmptyIndex`` when it is missing or fails Kafka's sanity check: lookups then scan)."""
+        if self.writable:
+            index = cls(path, self.base_offset, self.max_index_size, writable=True)
+            index.on_descriptor_opened = self._touch_budget
+            return index
+        if not path.exists():
+            return EmptyIndex(cls is OffsetIndex, self.base_offset)
+        try:
+            index = cls(path, self.base_offset, writable=False)
+        except FileNotFoundError:  # removed (retention) since the check above
+            return EmptyIndex(cls is OffsetIndex, self.base_offset)
+        # A reader may meet the preallocated, zero-filled tail of an active segment's index.
+        index.limit_entries(index.entries_before_zero_tail())
+        if cls is OffsetIndex:
+            # The owner may have appended since ``size`` was read: entries at or past it point at
+            # batches this reader does not see (its end offset stops before them).
+            _, positions = index.to_arrays()
+            index.limit_entries(int(np.searchsorted(positions, self.size)))
+        try:
+            index.sanity_check()
+        except CorruptIndexError:
+            index.close()
+            return EmptyIndex(cls is OffsetIndex, self.base_offset)
+        return index
+
+    def index_problem(self) -> str | None:
+        """Why the indexes cannot be trusted, naming the file, or None
+        (:meth:`~seglogfs.segment_recovery.SegmentRecovery.index_problem`)."""
+        self.offset_index  # noqa: B018  (opened, and checked the first time)
+        assert self._offset_index is not None and self._time_index is not None
+        return self._recovery.index_problem(self._offset_index, self._time_index)
+
+    def index_contradicted(self, problem: str) -> None:
+        """An index entry in use was found wrong: rebuild the indexes of a sealed (or read-only)
+        segment now. The active segment's are a writer's, never rebuilt under its feet: that waits for
+        the next load, which checks them."""
+        if self.offset_limit is not None or not self.writable:
+            with self._index_lock:  # the descriptor budget leaves the indexes alone meanwhile
+                self._index_failed(problem)
+
+    def _index_failed(self, problem: str) -> None:
+        """Log why the indexes are wrong; rebuild them from the .log (read-only: scan instead)."""
+        log.warning("%s; rebuilding the indexes of %s from the .log", problem, self.log_path)
+        if self.writable:
+            self.rebuild_indexes()
+            return
+        # Not closed: a concurrent reader may still be searching them (they go with their last use).
+        self._offset_index = EmptyIndex(True, self.base_offset)
+        self._time_index = EmptyIndex(False, self.base_offset)
+        self._max_timestamp = None
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the intact batches of the .log, leaving the .log untouched
+        (:meth:`~seglogfs.segment_recovery.SegmentRecovery.rebuild_indexes`)."""
+        self._take_rebuilt(self._recovery.rebuild_indexes())
+
+    def recover(self, *, cut_torn_tail: bool = True, recovery_point: int | None = None) -> int:
+        """Rebuild both indexes from the intact batches of the .log; with ``cut_torn_tail`` (the active
+        segment) cut its torn tail (:meth:`~seglogfs.segment_recovery.SegmentRecovery.recover`).
+        Returns the number of bytes cut."""
+        self._indexes_checked = True  # rebuilt now: opening them need not check them first
+        self._rolling_based_timestamp = None
+        rebuilt = self._recovery.recover(cut_torn_tail=cut_torn_tail, recovery_point=recovery_point)
+        self._take_rebuilt(rebuilt)
+        return rebuilt.truncated
+
+    def _take_rebuilt(self, rebuilt: Rebuilt) -> None:
+        self._max_timestamp = rebuilt.max_timestamp
+        self._offset_of_max_timestamp = rebuilt.offset_of_max_timestamp
+        self._bytes_since_last_index_entry = rebuilt.bytes_since_last_index_entry
+        self._indexes_checked = True
+        self.needs_index_rebuild = False
+
+    def truncate(self, size: int) -> None:
+        """Cut the .log to ``size`` bytes (recovery's cut of a torn tail)."""
+        with self._log_fd() as fd:
+            os.ftruncate(fd, size)
+        self.size = size
 
     def release_indexes(self) -> None:
         """Close the indexes until they are next used (a sealed segment need not hold them open)."""
@@ -341,15 +462,15 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, batch: bytes, last_offset: int, max_timestamp: int) -> None:
+    def append(self, batch: bytes | memoryview, last_offset: int, max_timestamp: int) -> None:
         """Write one batch at the end of the .log and maintain the indexes (Kafka's append rule)."""
         self.append_batches([(batch, last_offset, max_timestamp)])
 
-    def append_batches(self, batches: Sequence[tuple[bytes, int, int]]) -> None:
+    def append_batches(self, batches: Sequence[tuple[bytes | memoryview, int, int]]) -> None:
         """:meth:`write_batches`, then :meth:`publish` them."""
         self.publish(self.write_batches(batches), batches)
 
-    def write_batches(self, batches: Sequence[tuple[bytes, int, int]]) -> int:
+    def write_batches(self, batches: Sequence[tuple[bytes | memoryview, int, int]]) -> int:
         """Write consecutive ``(batch, last offset, max timestamp)`` at the end of the .log with one
         write, then maintain the indexes batch by batch (Kafka's append rule). Returns where they
         end; readers see them only once :meth:`publish` moves :attr:`size` there (a log publishes
@@ -363,7 +484,7 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         """
         position = self.size
         # Opening the indexes may fail too (a missing file, ENOSPC): before anything is written.
-        previous_max = (self.max_timestamp, self._offset_of_max_timestamp)
+        max_ts, max_ts_offset = self.max_timestamp, self._offset_of_max_timestamp
         since_entry = self._bytes_since_last_index_entry
         offset_index, time_index = self.offset_index, self.time_index
         entries_before = (offset_index.entries, time_index.entries)
@@ -375,28 +496,28 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
                 batch_position = position
                 for batch, last_offset, max_timestamp in batches:
-                    if max_timestamp > self._max_timestamp:
-                        self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, last_offset
+                    if max_timestamp > max_ts:
+                        max_ts, max_ts_offset = max_timestamp, last_offset
                     if since_entry > self.index_interval_bytes and not (
                         offset_index.is_full() or time_index.is_full()
                     ):
                         offset_index.append(last_offset, batch_position)
-                        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                        time_index.maybe_append(max_ts, max_ts_offset)
                         since_entry = 0
                     since_entry += len(batch)
                     batch_position += len(batch)
             except BaseException:
                 os.ftruncate(fd, position)
-                self._max_timestamp, self._offset_of_max_timestamp = previous_max
                 offset_index.limit_entries(entries_before[0])
                 time_index.limit_entries(entries_before[1])
                 raise
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_ts_offset
         if position == 0:
             self._rolling_based_timestamp = batches[0][2]
         self._bytes_since_last_index_entry = since_entry
         return position + len(data)
 
-    def publish(self, end: int, batches: Sequence[tuple[bytes, int, int]]) -> None:
+    def publish(self, end: int, batches: Sequence[tuple[bytes | memoryview, int, int]]) -> None:
         """Make batches :meth:`write_batches` wrote, ending at ``end``, visible to readers (and counted
         in the views' totals)."""
         position = self.size
@@ -427,10 +548,9 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
 
     def on_become_inactive(self) -> None:
         """On roll: record the segment's max timestamp as the final time entry, then trim the indexes."""
-        if self.max_timestamp >= 0:
-            self.time_index.maybe_append(
-                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
-            )
+        max_ts = self.max_timestamp
+        if max_ts >= 0:
+            self.time_index.maybe_append(max_ts, self._offset_of_max_timestamp, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
@@ -472,12 +592,36 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         finally:
             self._release_fd()
 
-    def _header_or_none(self, position: int, end: int) -> BatchHeader | None:
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None:
         """The header at ``position`` when it parses and its batch fits before ``end``, else None."""
         try:
             return self.read_header(position, end)
         except CorruptRecordError:
             return None
+
+    def find_batch(self, offset: int, *, surveyed: bool = False) -> BatchHeader | None:
+        """The first intact batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None
+        (:meth:`~seglogfs.segment_lookup.SegmentLookup.find_batch`). CorruptRecordError, naming the
+        file and position, when ``offset`` lies in a damaged stretch."""
+        return self._lookup.find_batch(offset, surveyed=surveyed)
+
+    def iter_intact_headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Batch headers from ``position`` on, past damage
+        (:meth:`~seglogfs.segment_survey.SegmentSurvey.iter_intact_headers`)."""
+        return self._survey.iter_intact_headers(position)
+
+    def intact_end(self) -> tuple[int, int]:
+        """(next offset, end position) of the last intact batch
+        (:meth:`~seglogfs.segment_recovery.SegmentRecovery.intact_end`)."""
+        return self._recovery.intact_end()
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch, from the last offset-index entry on."""
+        return self._recovery.read_next_offset()
+
+    def last_intact_batch(self) -> BatchHeader | None:
+        """The last batch whose header reads, found past any damage (None when there is none)."""
+        return self._recovery.last_intact_batch()
 
     def iter_headers(self, position: int = 0) -> Iterator[BatchHeader]:
         """Batch headers from ``position`` on, one small read each (no batch body is read)."""
@@ -523,10 +667,10 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         if on_damage is None:
             yield from self._vouched_offsets(walk)
             return
-        previous, finished = yield from self._intact_run(walk)
+        previous, finished = yield from self._survey.intact_run(walk)
         if finished:
             return
-        yield from self._batches_past_damage(fd, start_position, end, previous, on_damage)
+        yield from self._survey.batches_past_damage(fd, start_position, end, previous, on_damage)
 
     def _vouched_offsets(
         self, walk: Iterator[tuple[BatchHeader, bytes]]
@@ -557,9 +701,16 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
         if pending is not None:
             yield pending
 
+    def offsets_fit(self, h: BatchHeader) -> bool:
+        """Whether the last offset of ``h`` can be in this segment: below the next segment's base
+        offset, within 2**31 - 1 of this one's (offsets are stored relative to it in the indexes)."""
+        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
+            return False
+        return h.last_offset - self.base_offset <= 2**31 - 1
+
     def _offsets_break(self, previous: BatchHeader | None, header: BatchHeader) -> str:
         """Why ``header``'s offsets cannot follow ``previous``'s in this segment ("" when they can)."""
-        if not self._offsets_fit(header):
+        if not self.offsets_fit(header):
             return f"offsets up to {header.last_offset} run past the segment's range"
         if previous is None:
             if header.position == 0 and header.magic >= 2 and header.base_offset < self.base_offset:
@@ -586,16 +737,16 @@ class LogSegment(SegmentLookup, SegmentSurvey, SegmentRecovery):
                 consumed = local + header.size
             if consumed == 0:
                 # The next batch is larger than the chunk: read exactly it, or stop at a torn tail.
-                header = pread_header(fd, position, end, self.log_path)
-                if header is None:
+                whole = pread_header(fd, position, end, self.log_path)
+                if whole is None:
                     if tail_is_damage:
                         raise CorruptRecordError(
                             "a batch runs past the end of the sealed segment", self.log_path, position
                         )
                     return
-                data = pread_within(fd, header.size, position, end, self.log_path)
-                yield header, data
-                consumed = header.size
+                data = pread_within(fd, whole.size, position, end, self.log_path)
+                yield whole, data
+                consumed = whole.size
             position += consumed
 
     # ------------------------------------------------------------------ lifecycle

@@ -7,43 +7,50 @@ Kafka's format allows (offsets only strictly increase): a gap is crossed when th
 sides pass their CRCs (which cover their lastOffsetDeltas), and a batch found past a gap must end
 before the next batch starts, since its baseOffset lies outside the CRC and, moved, overlaps a
 neighbour. Anything else goes to the CRC-checked survey
-(:meth:`~seglogfs.segment_survey.SegmentSurvey._find_batch_careful`).
-:class:`SegmentLookup` holds these; :class:`~seglogfs.segment.LogSegment` mixes it in.
+(:meth:`~seglogfs.segment_survey.SegmentSurvey.find_batch_careful`).
+:class:`SegmentLookup` holds these; each :class:`~seglogfs.segment.LogSegment` has one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import CorruptRecordError
 from .records import BatchHeader, validate_batch
 
 if TYPE_CHECKING:
-    from .index import EmptyIndex, OffsetIndex
+    from .index import OffsetIndex
+    from .segment_survey import SegmentSurvey
 
-__all__ = ["SegmentLookup"]
+__all__ = ["LookupSegment", "SegmentLookup"]
 
 
 class _Suspect(Exception):
     """Internal: the header walk met something only a CRC-checked survey can judge."""
 
 
-class SegmentLookup:
-    """``find_batch`` of a :class:`~seglogfs.segment.LogSegment` (mixed into it)."""
+class LookupSegment(Protocol):
+    """What a lookup reads of its segment (a :class:`~seglogfs.segment.LogSegment`)."""
 
-    # Provided by LogSegment.
     base_offset: int
     size: int
     offset_limit: int | None
-    offset_index: OffsetIndex | EmptyIndex
 
-    if TYPE_CHECKING:
+    @property
+    def offset_index(self) -> OffsetIndex: ...
+    def read(self, position: int, size: int) -> bytes: ...
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
+    def offsets_fit(self, h: BatchHeader) -> bool: ...
 
-        def read(self, position: int, size: int) -> bytes: ...
 
-        def _header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
-        def _find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None: ...
-        def _offsets_fit(self, h: BatchHeader) -> bool: ...
+class SegmentLookup:
+    """``find_batch`` of ``segment``, falling back on its ``survey``."""
+
+    __slots__ = ("_segment", "_survey")
+
+    def __init__(self, segment: LookupSegment, survey: SegmentSurvey) -> None:
+        self._segment = segment
+        self._survey = survey
 
     def find_batch(self, offset: int, *, surveyed: bool = False) -> BatchHeader | None:
         """The first intact batch whose last offset is >= ``offset`` (Kafka's translateOffset), or None.
@@ -59,16 +66,19 @@ class SegmentLookup:
                 return self._find_batch_quick(offset)
             except _Suspect:
                 pass
-        return self._find_batch_careful(offset)
+        return self._survey.find_batch_careful(offset)
 
     def _find_batch_quick(self, offset: int) -> BatchHeader | None:
         """Headers only, each trusted as the module docstring says; _Suspect for anything else."""
-        end = self.size
-        (witness, position), upper = self.offset_index.lookup_bounds(offset)
+        segment = self._segment
+        end = segment.size
+        base_offset = segment.base_offset
+        header_or_none = segment.header_or_none
+        (witness, position), upper = segment.offset_index.lookup_bounds(offset)
         if upper is not None:
             # One read when the next indexed batch already holds the offset (always so when batches
             # are larger than index.interval.bytes): the entry vouches for its offsets.
-            header = self._header_or_none(upper.position, end)
+            header = header_or_none(upper.position, end)
             if (
                 header is not None
                 and header.magic >= 2
@@ -80,18 +90,18 @@ class SegmentLookup:
         checked = -1  # the position of the last batch whose CRC held
         anchored = True  # no gap since the witness: the offsets follow from it
         while position < end:
-            header = self._header_or_none(position, end)
+            header = header_or_none(position, end)
             if header is None or header.magic < 2:
                 raise _Suspect
             if prev is None and position != 0:
                 if header.last_offset != witness:
                     raise _Suspect
-            elif header.base_offset > (self.base_offset if prev is None else prev.last_offset + 1):
+            elif header.base_offset > (base_offset if prev is None else prev.last_offset + 1):
                 self._cross_gap(prev, header, checked)
                 checked, anchored = position, False
-            elif header.base_offset != (self.base_offset if prev is None else prev.last_offset + 1):
+            elif header.base_offset != (base_offset if prev is None else prev.last_offset + 1):
                 raise _Suspect
-            if not self._offsets_fit(header):
+            if not segment.offsets_fit(header):
                 raise _Suspect  # runs into the next segment, or too far from the base offset
             if header.last_offset >= offset:
                 if not anchored:
@@ -101,7 +111,8 @@ class SegmentLookup:
             position += header.size
         # A sealed segment holds the offset, unless its last batch ends before it (a compacted
         # segment's trailing gap: that batch's CRC vouches for where it ends).
-        sealed_holds = self.offset_limit is not None and offset < self.offset_limit
+        limit = segment.offset_limit
+        sealed_holds = limit is not None and offset < limit
         if sealed_holds and (prev is None or (checked != prev.position and not self._crc_holds(prev))):
             raise _Suspect
         return None
@@ -118,14 +129,14 @@ class SegmentLookup:
         """_Suspect when the batch after ``header`` (if any) starts at or before its last offset: a
         baseOffset moved into a gap shows only there."""
         if header.end_position < end:
-            following = self._header_or_none(header.end_position, end)
+            following = self._segment.header_or_none(header.end_position, end)
             if following is None or following.magic < 2 or following.base_offset <= header.last_offset:
                 raise _Suspect
 
     def _crc_holds(self, header: BatchHeader) -> bool:
         """Whether the batch of ``header`` (read from this .log) passes its CRC."""
         try:
-            validate_batch(self.read(header.position, header.size), header.at(0))
+            validate_batch(self._segment.read(header.position, header.size), header.at(0))
         except CorruptRecordError:
             return False
         return True

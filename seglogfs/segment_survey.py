@@ -5,7 +5,7 @@ different matter: the baseOffset lies outside the CRC, so an intact batch may st
 offsets. The survey labels each batch trusted (an index entry, the segment's base offset or a
 trusted neighbour vouches for its offsets) or not, turns untrusted batches that contradict their
 neighbours into :class:`Damage`, and resynchronises past damage on the next intact v2 batch.
-:class:`SegmentSurvey` holds these walks; :class:`~seglogfs.segment.LogSegment` mixes it in.
+:class:`SegmentSurvey` holds these walks; each :class:`~seglogfs.segment.LogSegment` has one.
 """
 
 from __future__ import annotations
@@ -14,17 +14,15 @@ import os
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from .errors import CorruptRecordError
+from .index import OffsetIndex
 from .records import MAGIC_OFFSET, V2_HEADER_SIZE, BatchHeader, unchecked_v2_header, validate_batch
 
-if TYPE_CHECKING:
-    from .index import EmptyIndex, OffsetIndex
-
-__all__ = ["Damage", "IndexedPositions", "SegmentSurvey", "follows"]
+__all__ = ["Damage", "IndexedPositions", "SegmentSurvey", "SurveyedSegment", "follows"]
 
 _READ_CHUNK = 4 * 1024 * 1024
 
@@ -75,37 +73,47 @@ def follows(a: BatchHeader | None, b: BatchHeader | None) -> bool:
     return a is not None and b is not None and b.magic >= 2 and b.base_offset == a.last_offset + 1
 
 
-class SegmentSurvey:
-    """The survey walks of a :class:`~seglogfs.segment.LogSegment` (mixed into it): every batch
-    CRC-checked, offsets weighed against the neighbours' and the index's, damage resynchronised."""
+class SurveyedSegment(Protocol):
+    """What a survey reads of its segment (a :class:`~seglogfs.segment.LogSegment`)."""
 
-    # Provided by LogSegment.
     base_offset: int
     size: int
     offset_limit: int | None
     log_path: Path
     index_path: Path
-    offset_index: OffsetIndex | EmptyIndex
 
-    if TYPE_CHECKING:
+    @property
+    def offset_index(self) -> OffsetIndex: ...
+    def read(self, position: int, size: int) -> bytes: ...
+    def read_raw(self, position: int, size: int) -> bytes: ...
+    def read_header(self, position: int, end: int | None = None) -> BatchHeader | None: ...
+    def header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
+    def offsets_fit(self, h: BatchHeader) -> bool: ...
+    def index_contradicted(self, problem: str) -> None: ...
 
-        def read(self, position: int, size: int) -> bytes: ...
 
-        def read_raw(self, position: int, size: int) -> bytes: ...
+class SegmentSurvey:
+    """The survey walks of ``segment``: every batch CRC-checked, offsets weighed against the
+    neighbours' and the index's, damage resynchronised."""
 
-        def read_header(self, position: int, end: int | None = None) -> BatchHeader | None: ...
-        def _header_or_none(self, position: int, end: int) -> BatchHeader | None: ...
-        def index_contradicted(self, problem: str) -> None: ...
+    __slots__ = ("_segment",)
 
-    def _find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None:
+    def __init__(self, segment: SurveyedSegment) -> None:
+        self._segment = segment
+
+    def find_batch_careful(self, offset: int, *, use_index: bool = True) -> BatchHeader | None:
         """``find_batch`` by surveying the .log around the offset, every batch CRC-checked."""
-        entries = IndexedPositions(*self.offset_index.to_arrays()) if use_index else IndexedPositions.none()
+        segment = self._segment
+        entries = (
+            IndexedPositions(*segment.offset_index.to_arrays()) if use_index else IndexedPositions.none()
+        )
         slot = entries.slot_at_or_before(offset) - 1  # start one entry early: its batch is a witness
         start = entries.position(slot) if slot >= 0 else 0
         items, index_disagrees = self._survey(start, offset, entries)
         if index_disagrees and use_index:
-            self.index_contradicted(f"{self.index_path}: an entry contradicts the batches at offset {offset}")
-            return self._find_batch_careful(offset, use_index=False)
+            problem = f"{segment.index_path}: an entry contradicts the batches at offset {offset}"
+            segment.index_contradicted(problem)
+            return self.find_batch_careful(offset, use_index=False)
         damage: Damage | None = None
         for item in items:
             if isinstance(item, Damage):
@@ -118,7 +126,7 @@ class SegmentSurvey:
             damage = None
         if damage is None:
             return None
-        raise CorruptRecordError(f"damaged batch ({damage.reason})", self.log_path, damage.position)
+        raise CorruptRecordError(f"damaged batch ({damage.reason})", self._segment.log_path, damage.position)
 
     def _survey(
         self, start: int, stop_offset: int, entries: IndexedPositions
@@ -131,11 +139,11 @@ class SegmentSurvey:
         trusted neighbour's; an untrusted batch that overlaps a neighbour or contradicts an index
         entry is damage (a changed baseOffset passes the CRC). Also returns whether the index
         contradicts trusted batches (then it is the index that is wrong)."""
-        end = self.size
+        end = self._segment.size
         items: list[BatchHeader | Damage] = []
         position, past = start, -1
         while position < end and past <= 16:
-            header, reason = self._intact_batch_at(position, end)
+            header, reason = self.intact_batch_at(position, end)
             if header is None:
                 resumed = self._resync(position + 1, end)
                 items.append(Damage(position, resumed, reason))
@@ -203,8 +211,8 @@ class SegmentSurvey:
             and h.magic >= 2
             and (
                 entries.at(h.position) == h.last_offset
-                or (h.position == 0 and h.base_offset == self.base_offset)
-                or (h.end_position == self.size and h.last_offset + 1 == self.offset_limit)
+                or (h.position == 0 and h.base_offset == self._segment.base_offset)
+                or (h.end_position == self._segment.size and h.last_offset + 1 == self._segment.offset_limit)
             )
             for h in batch
         ]
@@ -225,24 +233,18 @@ class SegmentSurvey:
             trusted[i] = trusted[i] or (i + 2 < n and bridged[i + 2] and trusted[i + 2])
         return trusted
 
-    def _offsets_fit(self, h: BatchHeader) -> bool:
-        """Whether the last offset of ``h`` can be in this segment: below the next segment's base
-        offset, within 2**31 - 1 of this one's (offsets are stored relative to it in the indexes)."""
-        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
-            return False
-        return h.last_offset - self.base_offset <= 2**31 - 1
-
     def _offsets_contradicted(
         self, h: BatchHeader, prev: BatchHeader | None, nxt: BatchHeader | None, witness: int | None
     ) -> str:
         """Why an untrusted batch's offsets cannot be right ("" when nothing contradicts them)."""
         first = h.base_offset if h.magic >= 2 else h.last_offset
-        if first < self.base_offset:
-            return f"baseOffset {first} is below the segment's base offset {self.base_offset}"
-        if h.last_offset - self.base_offset > 2**31 - 1:
-            return f"offset {h.last_offset} is too far from the segment's base offset {self.base_offset}"
-        if self.offset_limit is not None and h.last_offset >= self.offset_limit:
-            return f"offset {h.last_offset} is in the next segment (from {self.offset_limit})"
+        base, limit = self._segment.base_offset, self._segment.offset_limit
+        if first < base:
+            return f"baseOffset {first} is below the segment's base offset {base}"
+        if h.last_offset - base > 2**31 - 1:
+            return f"offset {h.last_offset} is too far from the segment's base offset {base}"
+        if limit is not None and h.last_offset >= limit:
+            return f"offset {h.last_offset} is in the next segment (from {limit})"
         if prev is not None and first <= prev.last_offset:
             return f"offsets {first}..{h.last_offset} overlap the previous batch's (up to {prev.last_offset})"
         if nxt is not None and nxt.magic >= 2 and h.last_offset >= nxt.base_offset:
@@ -253,12 +255,12 @@ class SegmentSurvey:
             return f"offsets {first}..{h.last_offset} contradict the index entry for offset {witness}"
         return ""
 
-    def _accepted_batches(
+    def accepted_batches(
         self, position: int = 0, previous: BatchHeader | None = None
     ) -> Iterator[BatchHeader]:
         """Every intact batch of the .log whose offsets fit its neighbours', in order (damage skipped),
         from ``position`` (a batch boundary; ``previous``: the accepted batch before it, if any)."""
-        end = self.size
+        end = self._segment.size
         pending: BatchHeader | None = None
         damage_before = damage_after = False  # damage right before / right after ``pending``
         damage_at: int | None = None  # where the damage right after the last batch read begins
@@ -266,7 +268,7 @@ class SegmentSurvey:
         while True:
             header: BatchHeader | None = None
             if position < end:
-                header, _ = self._intact_batch_at(position, end)
+                header, _ = self.intact_batch_at(position, end)
                 if header is None:
                     damage_at = position if damage_at is None else damage_at
                     position = self._resync(position + 1, end)
@@ -275,7 +277,7 @@ class SegmentSurvey:
                 position = header.end_position
             if pending is not None:
                 trusted = (
-                    (pending.position == 0 and pending.base_offset == self.base_offset)
+                    (pending.position == 0 and pending.base_offset == self._segment.base_offset)
                     or (
                         previous is not None
                         and previous.end_position == pending.position
@@ -303,29 +305,29 @@ class SegmentSurvey:
         field (a length, a count, a delta, a record) still leaves two."""
         if (before.end_position if before is not None else 0) != damage_at or after.magic < 2:
             return False
-        raw = self.read(damage_at, V2_HEADER_SIZE)
+        raw = self._segment.read(damage_at, V2_HEADER_SIZE)
         if len(raw) < V2_HEADER_SIZE:
             return False
         claimed = unchecked_v2_header(raw)
-        first = before.last_offset + 1 if before is not None else self.base_offset
+        first = before.last_offset + 1 if before is not None else self._segment.base_offset
         return claimed.base_offset == first and after.base_offset in (
             claimed.last_offset + 1,
             claimed.base_offset + claimed.records_count,
         )
 
-    def _intact_batch_at(self, position: int, end: int) -> tuple[BatchHeader | None, str]:
+    def intact_batch_at(self, position: int, end: int) -> tuple[BatchHeader | None, str]:
         """(header, "") for a whole, CRC-valid batch at ``position``; else (None, what is wrong)."""
         try:
-            header = self.read_header(position, end)
+            header = self._segment.read_header(position, end)
         except CorruptRecordError as exc:
             return None, str(exc).split(" in ", 1)[0]
         if header is None:
             return None, "a batch runs past the end of the segment"
         try:
-            data = self.read_raw(position, header.size)
+            data = self._segment.read_raw(position, header.size)
             if len(data) < header.size:
                 return None, f"the file ends at position {position + len(data)} (cut while open)"
-            validate_batch(data, header.at(0), path=self.log_path)
+            validate_batch(data, header.at(0), path=self._segment.log_path)
         except CorruptRecordError as exc:
             return None, str(exc).split(" in ", 1)[0]
         return header, ""
@@ -335,7 +337,7 @@ class SegmentSurvey:
         a header that parses, a CRC that matches, and a successor that is intact too."""
         while position < end:
             wanted = min(_READ_CHUNK, end - position)
-            chunk = self.read_raw(position, wanted)
+            chunk = self._segment.read_raw(position, wanted)
             magic = np.frombuffer(chunk, dtype=np.uint8)[MAGIC_OFFSET:]
             for candidate in np.flatnonzero(magic == 2).tolist():
                 if self._plausible_batch_at(position + candidate, end):
@@ -346,15 +348,15 @@ class SegmentSurvey:
         return end
 
     def _plausible_batch_at(self, position: int, end: int) -> bool:
-        header, _ = self._intact_batch_at(position, end)
-        if header is None or header.magic < 2 or header.base_offset < self.base_offset:
+        header, _ = self.intact_batch_at(position, end)
+        if header is None or header.magic < 2 or header.base_offset < self._segment.base_offset:
             return False
         if header.end_position >= end:
             return True
-        successor, _ = self._intact_batch_at(header.end_position, end)
+        successor, _ = self.intact_batch_at(header.end_position, end)
         return successor is not None
 
-    def _batches_past_damage(
+    def batches_past_damage(
         self,
         fd: int,
         start_position: int,
@@ -387,12 +389,12 @@ class SegmentSurvey:
         """Batch headers from ``position`` on (headers only while offsets run on), past damage: where
         the walk meets an unreadable header or a break in the offsets and the batch before fails its
         CRC (its length may be what is damaged), it resynchronises on the next intact batch."""
-        end = self.size
+        end = self._segment.size
         previous: BatchHeader | None = None
         while position < end:
-            header = self._header_or_none(position, end)
+            header = self._segment.header_or_none(position, end)
             if header is None or (previous is not None and not follows(previous, header)):
-                if previous is not None and self._intact_batch_at(previous.position, end)[0] is None:
+                if previous is not None and self.intact_batch_at(previous.position, end)[0] is None:
                     position, previous = self._resync(previous.position + 1, end), None
                     continue
                 if header is None:
@@ -401,7 +403,7 @@ class SegmentSurvey:
             yield header
             previous, position = header, header.end_position
 
-    def _intact_run(
+    def intact_run(
         self, walk: Iterator[tuple[BatchHeader, bytes]]
     ) -> Generator[tuple[BatchHeader, bytes], None, tuple[BatchHeader | None, bool]]:
         """The batches of ``walk`` while each is intact and carries on from the one before
@@ -433,10 +435,10 @@ class SegmentSurvey:
             validate_batch(data, header.at(0))
         except CorruptRecordError:
             return False
-        if not self._offsets_fit(header):
+        if not self._segment.offsets_fit(header):
             return False
         if previous is None:
-            return header.position != 0 or header.magic < 2 or header.base_offset >= self.base_offset
+            return header.position != 0 or header.magic < 2 or header.base_offset >= self._segment.base_offset
         if header.magic < 2:
             return header.last_offset > previous.last_offset
         return header.base_offset > previous.last_offset

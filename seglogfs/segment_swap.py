@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .checkpoint import fsync_dir
+from .durable_files import fsync_dir
 from .log_files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,

@@ -85,7 +85,7 @@ class Point(NamedTuple):
         return self.values if fmt == VALUES.name else self.jsonl
 
 
-def _count(data: bytes, header: BatchHeader, path: str) -> tuple[int, int] | None:
+def _count(data: bytes | memoryview, header: BatchHeader, path: str) -> tuple[int, int] | None:
     """(values bytes, jsonl bytes) of a whole batch; None when its records do not parse (damage)."""
     try:
         return VALUES.count(data, header, path), JSON_LINES.count(data, header, path)
@@ -138,14 +138,14 @@ class SegmentTotals:
         """Whether everything below file size ``size`` is counted."""
         return self.frontier.position >= size
 
-    def state(self) -> tuple[Point, int, int, list[array]]:
+    def state(self) -> tuple[Point, int, int, list[array[int]]]:
         """(frontier, batches and bytes since the last checkpoint, the checkpoint arrays) for
         :mod:`seglogfs.totals_file`."""
         with self._lock:
             arrays = [array("q", a) for a in (self._positions, self._offsets, self._values, self._jsonl)]
             return self.frontier, self._since_batches, self._since_bytes, arrays
 
-    def restore(self, frontier: Point, since: tuple[int, int], arrays: Sequence[array]) -> None:
+    def restore(self, frontier: Point, since: tuple[int, int], arrays: Sequence[array[int]]) -> None:
         """Take a state :meth:`state` gave (validated by the caller against the segment's file)."""
         with self._lock:
             self._positions, self._offsets, self._values, self._jsonl = (array("q", a) for a in arrays)
@@ -172,7 +172,7 @@ class SegmentTotals:
         self._jsonl.append(f.jsonl)
         self._since_batches = self._since_bytes = 0
 
-    def appended(self, position: int, batches: Sequence[bytes]) -> None:
+    def appended(self, position: int, batches: Sequence[bytes | memoryview]) -> None:
         """Count batches just written at ``position`` (from their bytes in memory), when the
         frontier stands right there; otherwise (or when a count holds the lock) leave them to
         :meth:`catch_up`."""
@@ -190,6 +190,7 @@ class SegmentTotals:
             at = consumed
             while at < len(data):  # what the C run does not take (compressed, keyed jsonl...)
                 header = read_batch_header(data, at, path=path, base_position=position)
+                assert header is not None  # this process wrote the batches whole
                 self._advance(header, _count(data[at : at + header.size], header.at(0), path))
                 at += header.size
         except Exception:  # never fails an append that is written: the counter recounts from the file

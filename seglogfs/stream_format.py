@@ -65,7 +65,9 @@ class StreamFormat:
     count_batch: BatchFn | None = None
 
     @staticmethod
-    def columns(buf: bytes, header: BatchHeader, path: str | None, first_offset: int | None) -> RecordColumns:
+    def columns(
+        buf: bytes | memoryview, header: BatchHeader, path: str | None, first_offset: int | None
+    ) -> RecordColumns:
         """The user records of the batch in ``buf``, those below ``first_offset`` left out."""
         cols = decode_batch_columns(buf, header, path=path)
         if first_offset is not None and header.base_offset < first_offset:
@@ -73,7 +75,8 @@ class StreamFormat:
         return cols
 
     def render(
-        self, buf: bytes, header: BatchHeader, path: str | None = None, first_offset: int | None = None
+        self, buf: bytes | memoryview, header: BatchHeader, path: str | None = None,
+        first_offset: int | None = None,
     ) -> bytes:
         """The stream bytes of the batch in ``buf`` (its records from ``first_offset`` on)."""
         if self.render_batch is not None:
@@ -83,7 +86,8 @@ class StreamFormat:
         return self.render_columns(self.columns(buf, header, path, first_offset))
 
     def count(
-        self, buf: bytes, header: BatchHeader, path: str | None = None, first_offset: int | None = None
+        self, buf: bytes | memoryview, header: BatchHeader, path: str | None = None,
+        first_offset: int | None = None,
     ) -> int:
         """``len(self.render(...))``."""
         if self.count_batch is not None:

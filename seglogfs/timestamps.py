@@ -1,8 +1,9 @@
-"""Timestamps as people type them: ISO-8601 text to Kafka's epoch milliseconds."""
+"""Kafka's epoch milliseconds from what gives a time: ISO-8601 text as people type it, and a clock."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -18,3 +19,8 @@ def parse_iso8601_ms(text: str) -> int:
         moment = moment.replace(tzinfo=dt.UTC)
     delta = moment - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def clock_ms(clock: Callable[[], float]) -> int:
+    """``clock()`` (seconds, as ``time.time``) in epoch milliseconds."""
+    return int(clock() * 1000)

@@ -28,7 +28,7 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .segment_totals import Point
 
@@ -56,7 +56,7 @@ def _base_of(name: str) -> int | None:
     return None
 
 
-def _native(a: array) -> bytes:
+def _native(a: array[int]) -> bytes:
     if sys.byteorder != "little":
         a = array("q", a)
         a.byteswap()
@@ -114,7 +114,7 @@ def save(directory: Path, segments: Sequence[LogSegment]) -> None:
             os.unlink(path)
 
 
-def _parse(data: bytes) -> tuple[dict, list[array]]:
+def _parse(data: bytes) -> tuple[dict[str, Any], list[array[int]]]:
     """The entry and arrays of a totals file; ValueError when it is damaged."""
     if len(data) < len(_MAGIC) + 8 or not data.startswith(_MAGIC):
         raise ValueError("not a totals file")
@@ -142,7 +142,9 @@ def _parse(data: bytes) -> tuple[dict, list[array]]:
     return entry, arrays
 
 
-def _valid(entry: dict, arrays: list[array], segment: LogSegment, identity: tuple[int, int, int]) -> bool:
+def _valid(
+    entry: dict[str, Any], arrays: list[array[int]], segment: LogSegment, identity: tuple[int, int, int]
+) -> bool:
     frontier = entry["frontier"]
     positions = arrays[0]
     return (

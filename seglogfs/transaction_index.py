@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_write
+from .durable_files import atomic_write
 from .errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
 
 __all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex"]

@@ -24,6 +24,7 @@ import threading
 
 from seglogfs.errors import InvalidRecordError, RecordTooLargeError
 from seglogfs.fs.handles import OpenFile
+from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.paths import Node
 from seglogfs.jsonl import parse_jsonl_line
 from seglogfs.log import Log
@@ -36,11 +37,12 @@ log = logging.getLogger("seglogfs.fs")
 class Appender(OpenFile):
     """An open append file: what its writer has not committed yet, committed at release."""
 
-    __slots__ = ("discarding", "lock", "log", "node", "pending")
+    __slots__ = ("configs", "discarding", "lock", "log", "node", "pending")
 
-    def __init__(self, node: Node, lg: Log) -> None:
+    def __init__(self, node: Node, lg: Log, configs: MountConfigs) -> None:
         self.node = node
         self.log = lg
+        self.configs = configs  # the mount's settings (fs.append.key.separator), read at each write
         self.lock = threading.Lock()
         self.pending = bytearray()  # partial line, or the append.raw body
         self.discarding = False  # the line / append.raw record being written is over the limit: dropped
@@ -86,13 +88,9 @@ class Appender(OpenFile):
         self.discarding = True
 
     def _refuse_keyless(self, what: str) -> None:
-        """A compacted log refuses records without a key, as a broker does; when every record of this
-        file would be one, fail its first write at once rather than the release nobody hears."""
-        policy = self.log.config.cleanup_policy
-        if "compact" in policy:
-            raise InvalidRecordError(
-                f"log {self.log.name} is compacted (cleanup.policy={','.join(policy)}) and {what} has no key"
-            )
+        """When every record of this file would have no key, fail its first write at once rather than
+        the release nobody hears (:meth:`~seglogfs.log.Log.refuse_keyless`)."""
+        self.log.refuse_keyless(what)
 
     def release(self, why: str) -> None:
         try:
@@ -106,8 +104,8 @@ class LineAppender(Appender):
 
     __slots__ = ("refused",)
 
-    def __init__(self, node: Node, lg: Log) -> None:
-        super().__init__(node, lg)
+    def __init__(self, node: Node, lg: Log, configs: MountConfigs) -> None:
+        super().__init__(node, lg, configs)
         self.refused = b""  # a refused write's bytes through its first newline: see _write_locked
 
     def _write_locked(self, data: bytes) -> None:
@@ -151,7 +149,7 @@ class LineAppender(Appender):
 
     def _separator(self) -> bytes | None:
         """``fs.append.key.separator`` as bytes (read at each write: a reload changes it live)."""
-        separator = self.log.config.fs_append_key_separator
+        separator = self.configs.of(self.log.name).append_key_separator
         return separator.encode() if separator is not None else None
 
     def _check_keys(self) -> None:
@@ -213,8 +211,8 @@ class RawAppender(Appender):
 
     __slots__ = ("written",)
 
-    def __init__(self, node: Node, lg: Log) -> None:
-        super().__init__(node, lg)
+    def __init__(self, node: Node, lg: Log, configs: MountConfigs) -> None:
+        super().__init__(node, lg, configs)
         self.written = False  # a record is due at close even if empty
 
     def _write_locked(self, data: bytes) -> None:

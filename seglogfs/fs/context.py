@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 from seglogfs.fs.access import Access
 from seglogfs.fs.errors import fail
+from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.paths import Node
 from seglogfs.fs.views import StreamViews
 from seglogfs.log import Log
@@ -32,8 +33,12 @@ class MountContext:
     """The :class:`LogManager` behind a mount, how its paths look (owner, modes), and the caches
     that spare the engine repeated work: the last records read, the stream views (:class:`StreamViews`)."""
 
-    def __init__(self, manager: LogManager, *, read_only: bool, access: Access) -> None:
+    def __init__(
+        self, manager: LogManager, *, read_only: bool, access: Access, configs: MountConfigs | None = None
+    ) -> None:
         self.manager = manager
+        #: each log's mount settings (fs.listing.limit, fs.append.key.separator, fs.isolation.level)
+        self.configs = configs if configs is not None else MountConfigs()
         self.read_only = read_only
         self.uid, self.gid = access.uid, access.gid
         # modes by kind of path, computed once: getattr is the hottest call of a mount
@@ -43,7 +48,7 @@ class MountContext:
         self.append_mode = stat.S_IFREG | access.append_mode(writable=not read_only)
         self.started_ns = time.time_ns()
         #: every stream view of every log (records, records.jsonl, from/<n>...)
-        self.views = StreamViews()
+        self.views = StreamViews(self.configs)
         #: (the log's uid, offset, isolation level) -> (the log's removals when read, record)
         self._records: OrderedDict[tuple[int, int, str], tuple[int, Record]] = OrderedDict()
         self._records_bytes = 0
@@ -67,6 +72,8 @@ class MountContext:
 
     def log(self, node: Node) -> Log:
         """The log ``node`` belongs to: ENOENT when there is none, EIO when it is offline."""
+        if node.log is None:
+            raise fail(errno.ENOENT)
         try:
             return self.manager.get(node.log)
         except KeyError:
@@ -86,7 +93,7 @@ class MountContext:
         offset read it once, and so do opens of files read again. A record is kept with the log's
         :attr:`~seglogfs.log.Log.removals` and served only while it stays the same: once retention or
         compaction removed segments, every record is read again (the cleaned offset is then ENOENT)."""
-        isolation = lg.config.fs_isolation_level  # validated by LogConfig
+        isolation = self.configs.of(lg.name).isolation
         key = (lg.uid, offset, isolation)
         while True:
             removals = lg.removals
@@ -96,7 +103,7 @@ class MountContext:
                     self._records.move_to_end(key)
                     return cached[1]
             try:
-                record = lg.read(offset, isolation=isolation)  # type: ignore[arg-type]
+                record = lg.read(offset, isolation=isolation)
             except Exception:
                 if lg.removals == removals:
                     raise

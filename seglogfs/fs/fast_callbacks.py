@@ -31,7 +31,7 @@ StatPacker = Callable[[Mapping[str, int]], bytes]
 def _struct_code(ctype: type) -> str:
     """The ``struct`` code (standard sizes) of an integer ctypes type."""
     size = ctypes.sizeof(ctype)
-    signed = ctype(-1).value == -1  # type: ignore[call-arg, attr-defined]
+    signed = ctype(-1).value == -1
     code = {4: "i", 8: "q"}[size]
     return code if signed else code.upper()
 
@@ -111,7 +111,7 @@ class LeanFUSE(mfusepy.FUSE):
     """:class:`mfusepy.FUSE` (``raw_fi=True``, ``use_ns``) with leaner hot callbacks; the operations
     must answer getattr with every key of ``SeglogOperations.getattr`` (times in ns)."""
 
-    def _wrapper(self, func, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _wrapper(self, func, *args, **kwargs):
         keep_thread_state()
         return super()._wrapper(func, *args, **kwargs)
 

@@ -136,7 +136,8 @@ class ByOffsetDir(Listing):
 
     def readdir(self, node: Node) -> list[DirEntry]:
         lg = self.ctx.log(node)
-        runs = newest_offsets(lg, lg.config.fs_listing_limit, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
+        config = self.ctx.configs.of(lg.name)
+        runs = newest_offsets(lg, config.listing_limit, isolation=config.isolation)
         return [*_DOTS, *((str(n), stat.S_IFREG, 0) for run in runs for n in run)]
 
 
@@ -171,7 +172,7 @@ class AppendFile(FileKind):
         if fi.flags & os.O_ACCMODE != os.O_WRONLY:
             raise fail(errno.EACCES)  # append files are write-only
         fi.direct_io = 1  # no page cache: every write reaches us, st_size stays 0
-        return self.appender(node, lg)
+        return self.appender(node, lg, self.ctx.configs)
 
 
 # ---------------------------------------------------------------- read-only files
@@ -201,17 +202,17 @@ class RecordFile(ReadOnlyFile):
     __slots__ = ()
 
     def getattr(self, node: Node) -> dict[str, int]:
-        record = self.ctx.record(self.ctx.log(node), node.number)
+        record = self.ctx.record(self.ctx.log(node), _number(node))
         size = 0 if record.value is None else len(record.value)
         return self.ctx.attrs(self.ctx.file_mode, size, max(record.timestamp, 0) * 1_000_000)
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
-        record = self.ctx.record(lg, node.number)
+        record = self.ctx.record(lg, _number(node))
         fi.keep_cache = 1  # a record never changes: let the kernel keep its pages
         return SnapshotFile(record.value or b"")
 
     def xattrs(self, node: Node) -> dict[str, bytes]:
-        record = self.ctx.record(self.ctx.log(node), node.number)
+        record = self.ctx.record(self.ctx.log(node), _number(node))
         attrs = {
             "offset": str(record.offset).encode(),
             "timestamp": str(record.timestamp).encode(),
@@ -235,9 +236,8 @@ class TimeLink(ReadOnlyFile):
     def readlink(self, node: Node) -> str:
         return self._target(self.ctx.log(node), node)
 
-    @staticmethod
-    def _target(lg: Log, node: Node) -> str:
-        offset = lg.offset_for_timestamp(node.number, isolation=lg.config.fs_isolation_level)  # type: ignore[arg-type]
+    def _target(self, lg: Log, node: Node) -> str:
+        offset = lg.offset_for_timestamp(_number(node), isolation=self.ctx.configs.of(lg.name).isolation)
         return f"../by-offset/{offset}"
 
 
@@ -276,10 +276,11 @@ class InfoFile(ReadOnlyFile):
         lg = None if offline is not None else self.ctx.log(node)
         _check_read_only(fi)
         fi.direct_io = 1
-        return SnapshotFile(offline if lg is None else self._info(lg))
+        return SnapshotFile(self._info(lg) if lg is not None else offline or b"")
 
     def _info(self, lg: Log) -> bytes:
         info = {"name": lg.name, "topic": lg.topic, "partition": lg.partition, **lg.info()}
+        info["config"] = {**info["config"], **self.ctx.configs.of(lg.name).to_dict()}  # the mount's own
         with contextlib.suppress(KeyError):  # the log went away since it was found: nothing to add
             info["cleaner"] = self.ctx.manager.cleaner_state(lg.name)
         return (json.dumps(info, indent=2, sort_keys=False, default=str) + "\n").encode()
@@ -291,17 +292,18 @@ class SegmentFile(ReadOnlyFile):
     __slots__ = ()
 
     def getattr(self, node: Node) -> dict[str, int]:
-        st = LogDirFiles(self.ctx.log(node)).stat(node.name)
+        st = LogDirFiles(self.ctx.log(node)).stat(_name(node))
         return self.ctx.attrs(self.ctx.file_mode, st.st_size, st.st_mtime_ns)
 
     def open_log_file(self, lg: Log, node: Node, fi: fuse_file_info) -> OpenFile:
         files = LogDirFiles(lg)
-        handle = DescriptorFile(files.open(node.name), files.path(node.name))
+        name = _name(node)
+        handle = DescriptorFile(files.open(name), files.path(name))
         # Page cache either way, so tools can mmap these files (dump does; direct_io forbids
         # shared mmap). Sealed segments never change: keep_cache keeps their pages across
         # opens. The active segment and its indexes change in place: without keep_cache every
         # open drops the cached pages, so each open sees the file as it is then.
-        fi.keep_cache = int(files.is_sealed(node.name))
+        fi.keep_cache = int(files.is_sealed(name))
         return handle
 
 
@@ -368,3 +370,17 @@ def file_kinds(ctx: MountContext) -> dict[Kind, FileKind]:
         Kind.BY_TIME: TimeLink(ctx),
         Kind.SEGMENT_FILE: SegmentFile(ctx),
     }
+
+
+def _number(node: Node) -> int:
+    """The offset or timestamp of a ``by-offset``/``by-time`` node (the path parser always sets it)."""
+    if node.number is None:
+        raise fail(errno.ENOENT)
+    return node.number
+
+
+def _name(node: Node) -> str:
+    """The file name of a ``segments/`` node (the path parser always sets it)."""
+    if node.name is None:
+        raise fail(errno.ENOENT)
+    return node.name

@@ -36,6 +36,7 @@ from seglogfs.fs.paths import Kind, Node
 from seglogfs.log import Log
 from seglogfs.log_files import parse_offset_file_name, sealed_segment_file
 from seglogfs.log_manager import LogManager
+from seglogfs.read_committed import READ_UNCOMMITTED, Isolation
 from seglogfs.totals_counter import counted_bytes
 from seglogfs.views.log_dir_files import LogDirFiles
 
@@ -198,17 +199,17 @@ class LogState:
     segments: tuple[tuple[int, int], ...]  # (base offset, LogSegment.uid), oldest first
     rebases: int = 0  # times the log's stream views dropped their hole: their sizes shrank
     removals: int = 0  # Log.removals
-    isolation: str = "read_uncommitted"  # fs.isolation.level: a live switch changes what every view shows
+    isolation: Isolation = READ_UNCOMMITTED  # fs.isolation.level: a live switch changes what every view shows
     counted: int = 0  # file bytes the engine's view totals cover: a background count grows view sizes
 
     @classmethod
-    def of(cls, lg: Log, rebases: int = 0) -> LogState:
+    def of(cls, lg: Log, rebases: int = 0, isolation: Isolation = READ_UNCOMMITTED) -> LogState:
         # removals first: it is counted after the segment list changes, so a list read after it is no
         # older than the count (a state whose count lags its list differs from the next one: seen again)
         removals = lg.removals
         segments = tuple((s.base_offset, s.uid) for s in lg.segments)
         return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals,
-                   lg.config.fs_isolation_level, counted_bytes(lg))
+                   isolation, counted_bytes(lg))
 
     @property
     def active_base(self) -> int:
@@ -236,10 +237,13 @@ class Notifier:
     """The thread that invalidates what changed, every :data:`POLL_INTERVAL_S` (see the module doc)."""
 
     def __init__(self, manager: LogManager, notes: PathNotes, invalidate: Invalidate, *,
-                 stream_rebases: Callable[[str], int], interval: float = POLL_INTERVAL_S) -> None:
-        """``stream_rebases(log name)``: how often its stream views shrank (a change with no new offset)."""
+                 stream_rebases: Callable[[str], int], isolation: Callable[[str], Isolation] | None = None,
+                 interval: float = POLL_INTERVAL_S) -> None:
+        """``stream_rebases(log name)``: how often its stream views shrank (a change with no new offset);
+        ``isolation(log name)``: its views' fs.isolation.level (read_uncommitted when None)."""
         self.manager = manager
         self.stream_rebases = stream_rebases
+        self.isolation: Callable[[str], Isolation] = isolation or (lambda name: READ_UNCOMMITTED)
         self.notes = notes
         self.invalidate = invalidate
         self.interval = interval
@@ -257,7 +261,8 @@ class Notifier:
         """Take the current state of every log and start watching."""
         self._names = self._all_names()
         self._states = {
-            name: LogState.of(lg, self.stream_rebases(name)) for name, lg in dict(self.manager.logs).items()
+            name: LogState.of(lg, self.stream_rebases(name), self.isolation(name))
+            for name, lg in dict(self.manager.logs).items()
         }
         self._thread = threading.Thread(target=self._run, name="seglogfs-invalidate", daemon=True)
         self._thread.start()
@@ -305,7 +310,7 @@ class Notifier:
         for name, lg in logs.items():
             if self._stop.is_set():  # a pass over thousands of logs must not outlive the mount
                 return done
-            state = LogState.of(lg, self.stream_rebases(name))
+            state = LogState.of(lg, self.stream_rebases(name), self.isolation(name))
             old = self._states.get(name)
             # each change is forgotten only once it was invalidated: one that raised is retried
             done += self._replay(name, lg)  # earlier changes again, before this one's first time

@@ -27,6 +27,7 @@ from seglogfs.fs.errors import fail, fuse_errors
 from seglogfs.fs.files import DirEntry, file_kinds
 from seglogfs.fs.handles import OpenFile
 from seglogfs.fs.invalidation import Notifier, PathNotes, growing_kinds, libfuse_invalidator
+from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.paths import WRITABLE, node_of
 from seglogfs.log_manager import LogManager
 
@@ -56,12 +57,15 @@ class SeglogOperations(mfusepy.Operations):
         read_only: bool = False,
         access: Access | None = None,
         on_init: InitCallback | None = None,
+        configs: MountConfigs | None = None,
     ) -> None:
+        """``configs``: each log's mount settings (the daemon updates them at a reload)."""
         self.manager = manager
         self.read_only = read_only
         self.on_init = on_init
         self.context = MountContext(
-            manager, read_only=read_only, access=access if access is not None else Access.of_process()
+            manager, read_only=read_only, access=access if access is not None else Access.of_process(),
+            configs=configs,
         )
         self._kinds = file_kinds(self.context)
         #: what getattr answered that may change: the notifier invalidates it when it does
@@ -94,8 +98,10 @@ class SeglogOperations(mfusepy.Operations):
                 conn.max_readahead,
             )
         # libfuse's init runs in a request: the only place that names the mount for invalidations
+        configs = self.context.configs
         self.notifier = Notifier(self.manager, self.notes, libfuse_invalidator(),
-                                 stream_rebases=self.context.views.rebases)
+                                 stream_rebases=self.context.views.rebases,
+                                 isolation=lambda name: configs.of(name).isolation)
         self.notifier.start()
         if self.on_init is not None:
             self.on_init(conn, config)

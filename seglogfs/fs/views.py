@@ -27,8 +27,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.log import Log
-from seglogfs.read_committed import isolation_level
 from seglogfs.stream_format import StreamFormat
 from seglogfs.views.value_stream import StreamReader, ValueStream
 
@@ -42,7 +42,8 @@ class StreamViews:
     """The streams of the views, by (log, first offset or None, format, isolation level): the current
     generation of each, and the older generations some reader still has open."""
 
-    def __init__(self, kept: int = FROM_STREAMS_KEPT) -> None:
+    def __init__(self, configs: MountConfigs | None = None, kept: int = FROM_STREAMS_KEPT) -> None:
+        self._configs = configs if configs is not None else MountConfigs()  # each log's fs.isolation.level
         self._kept = kept
         self._streams: OrderedDict[_Key, ValueStream] = OrderedDict()
         #: older generations of a key that a reader still has open, oldest first
@@ -103,7 +104,7 @@ class StreamViews:
 
     def _key(self, lg: Log, first_offset: int | None, fmt: StreamFormat) -> _Key:
         """The key of the path's current stream, made if missing (the caller holds the lock)."""
-        isolation = isolation_level(lg.config.fs_isolation_level)
+        isolation = self._configs.of(lg.name).isolation
         key = (lg.name, first_offset, fmt.name, isolation)
         stream = self._streams.get(key)
         if stream is None or stream.log is not lg:
@@ -170,7 +171,7 @@ class StreamViews:
         closed is dropped here, so the notifier's next check switches its path."""
         with self._lock:
             for key, stream in list(self._streams.items()):
-                level = stream.log.config.fs_isolation_level
+                level = self._configs.of(stream.log.name).isolation
                 if key[0] == name and key[3] != level and not self._read(key):
                     self._retire(key)
             for key in [k for k in self._older if k[0] == name and k in self._streams]:

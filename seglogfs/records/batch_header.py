@@ -16,7 +16,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from ..errors import CorruptRecordError
-from .types import TimestampType
+from .types import ByteSource, TimestampType, Where
 
 # Names without a leading underscore are shared with the codec's other modules; seglogfs.records
 # re-exports the few that code outside the codec needs.
@@ -140,10 +140,11 @@ class BatchHeader:
 
 def batch_max_timestamp(batch: bytes | memoryview) -> int:
     """The maxTimestamp field of an encoded v2 batch (its bytes from the baseOffset on)."""
-    return INT64.unpack_from(batch, _MAX_TIMESTAMP_AT)[0]
+    timestamp: int = INT64.unpack_from(batch, _MAX_TIMESTAMP_AT)[0]
+    return timestamp
 
 
-def unchecked_v2_header(buf, position: int = 0, *, base_position: int = 0) -> BatchHeader:
+def unchecked_v2_header(buf: ByteSource, position: int = 0, *, base_position: int = 0) -> BatchHeader:
     """The fields of the v2 header at ``position`` of ``buf`` (``V2_HEADER_SIZE`` bytes) exactly as
     stored, nothing checked: for reading what a damaged batch's header claims. (``read_batch_header``
     repeats these few lines inline: a call here cost the header scan a fifth of its speed.)"""
@@ -164,7 +165,7 @@ def unchecked_v2_header(buf, position: int = 0, *, base_position: int = 0) -> Ba
     )
 
 
-def batch_bytes(buf, header: BatchHeader) -> memoryview:
+def batch_bytes(buf: ByteSource, header: BatchHeader) -> memoryview:
     """The bytes of the batch ``header`` describes, within ``buf``; no copy."""
     return memoryview(buf)[header.position : header.position + header.size]
 
@@ -180,7 +181,7 @@ def stamp_v2_crc(header: bytearray, records: bytes) -> None:
 
 
 def read_batch_header(
-    buf, position: int, end: int | None = None, *, path: str | Path | None = None, base_position: int = 0
+    buf: ByteSource, position: int, end: int | None = None, *, path: Where = None, base_position: int = 0
 ) -> BatchHeader | None:
     """The batch starting at ``position`` of ``buf``, or None when only a torn tail remains there.
 
@@ -229,7 +230,7 @@ def read_batch_header(
     return _legacy_header(buf, position, where, path)
 
 
-def _legacy_header(buf, position: int, where: int, path: str | Path | None) -> BatchHeader:
+def _legacy_header(buf: ByteSource, position: int, where: int, path: str | Path | None) -> BatchHeader:
     """The header of the legacy (v0/v1) message at ``position``, whose size field is plausible."""
     base_offset, length, crc, magic, attributes = LEGACY_HEAD.unpack_from(buf, position)
     timestamp = -1
@@ -251,7 +252,7 @@ def _legacy_header(buf, position: int, where: int, path: str | Path | None) -> B
 
 
 def iter_batch_headers(
-    buf, start: int = 0, end: int | None = None, *, path: str | Path | None = None, base_position: int = 0
+    buf: ByteSource, start: int = 0, end: int | None = None, *, path: Where = None, base_position: int = 0
 ) -> Iterator[BatchHeader]:
     """Every complete batch in ``buf[start:end]``, headers only; stops silently at a torn tail.
 
@@ -272,7 +273,7 @@ def iter_batch_headers(
 # Validation
 
 
-def validate_batch(buf, header: BatchHeader, *, path: str | Path | None = None) -> None:
+def validate_batch(buf: ByteSource, header: BatchHeader, *, path: str | Path | None = None) -> None:
     """Raise CorruptRecordError unless the batch's CRC matches (CRC-32C for v2, CRC-32 for legacy)."""
     start = header.position
     view = memoryview(buf)[start : start + header.size]

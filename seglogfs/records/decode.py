@@ -34,14 +34,23 @@ from .scan import (
     scan_record,
     values_size,
 )
-from .types import DecodedRecord, Header, Record, RecordBounds, RecordColumns, TimestampType
+from .types import (
+    ByteSource,
+    DecodedRecord,
+    Header,
+    Record,
+    RecordBounds,
+    RecordColumns,
+    TimestampType,
+    Where,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Varint reader (protobuf zig-zag, 7 bits a byte, least significant group first), for the few fields
 # read outside the C scanner: a batch's first record stamp and the headers of records that have any
 
 
-def _read_varint(buf, pos: int, limit: int) -> tuple[int, int]:
+def _read_varint(buf: ByteSource, pos: int, limit: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -56,7 +65,7 @@ def _read_varint(buf, pos: int, limit: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), pos
 
 
-def _parse_headers(area, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
+def _parse_headers(area: ByteSource, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
     count, pos = _read_varint(area, pos, end)
     if count < 0:
         raise ValueError(f"negative header count {count}")
@@ -89,7 +98,7 @@ def _parse_headers(area, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
 _BASE_OFFSETS = range(-(1 << 63) + (1 << 31), (1 << 63) - (1 << 31) + 1)
 
 
-def _check_base_offset(header: BatchHeader, path) -> None:
+def _check_base_offset(header: BatchHeader, path: Where) -> None:
     if header.base_offset not in _BASE_OFFSETS:
         raise CorruptRecordError(
             f"base offset {header.base_offset} leaves no room for its records' offset deltas",
@@ -112,7 +121,7 @@ _MIN_RECORDS_AREA_CAP = 64 * 1024 * 1024
 _RECORDS_AREA_RATIO = 64
 
 
-def records_area(buf, header: BatchHeader, path: str | Path | None = None) -> memoryview | bytes:
+def records_area(buf: ByteSource, header: BatchHeader, path: str | Path | None = None) -> memoryview | bytes:
     """The records of the v2 batch ``header`` in ``buf``: a view of ``buf`` (no copy) when
     uncompressed, else decompressed (CorruptRecordError past :func:`max_records_area`)."""
     _check_base_offset(header, path)
@@ -125,20 +134,20 @@ def records_area(buf, header: BatchHeader, path: str | Path | None = None) -> me
         raise CorruptRecordError(str(exc), path, header.position) from None
 
 
-def _counted_area(buf, header: BatchHeader, path) -> memoryview | bytes:
+def _counted_area(buf: ByteSource, header: BatchHeader, path: Where) -> memoryview | bytes:
     """:func:`records_area`, once the batch's record count is known not to be negative."""
     if header.records_count < 0:
         raise CorruptRecordError(f"negative record count {header.records_count}", path, header.position)
     return records_area(buf, header, path)
 
 
-def _v2_scan(buf, header: BatchHeader, path) -> tuple[memoryview | bytes, np.ndarray]:
+def _v2_scan(buf: ByteSource, header: BatchHeader, path: Where) -> tuple[memoryview | bytes, np.ndarray]:
     """The records area of a v2 batch and every field of its records (:func:`.scan.scan_area`)."""
     area = _counted_area(buf, header, path)
     return area, scan_area(area, header.records_count, path, header.position)
 
 
-def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordBounds:
+def record_bounds(buf: ByteSource, header: BatchHeader, *, path: Where = None) -> RecordBounds:
     """The record bounds of an uncompressed v2 batch (ValueError for other batches)."""
     if header.magic < 2 or header.compression != Compression.NONE:
         raise ValueError("record bounds exist only for uncompressed v2 batches")
@@ -151,7 +160,7 @@ def record_bounds(buf, header: BatchHeader, *, path: str | Path | None = None) -
 # One record
 
 
-def decode_record(data: bytes, header: BatchHeader, *, path: str | Path | None = None) -> Record:
+def decode_record(data: bytes | memoryview, header: BatchHeader, *, path: Where = None) -> Record:
     """One record of a v2 batch from its bytes, length prefix included."""
     _check_base_offset(header, path)
     ts_delta, offset_delta, ks, kl, vs, vl, hs, hc = scan_record(data, path, header.position)
@@ -196,7 +205,7 @@ def _empty_columns(timestamp_type: TimestampType) -> RecordColumns:
     )
 
 
-def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarray]:
+def _v2_columns(buf: ByteSource, header: BatchHeader, path: Where) -> tuple[RecordColumns, np.ndarray]:
     """Columns of every record (control ones too) plus the record sequence deltas."""
     area, fields = _v2_scan(buf, header, path)
     if header.records_count == 0:
@@ -229,7 +238,7 @@ def _v2_columns(buf, header: BatchHeader, path) -> tuple[RecordColumns, np.ndarr
     return columns, off_delta
 
 
-def decode_batch_columns(buf, header: BatchHeader, *, path: str | Path | None = None) -> RecordColumns:
+def decode_batch_columns(buf: ByteSource, header: BatchHeader, *, path: Where = None) -> RecordColumns:
     """The user records of one batch as numpy columns (empty for a control batch)."""
     if header.is_control:
         return _empty_columns(header.timestamp_type)
@@ -245,7 +254,9 @@ _ALL = -(1 << 63)
 _NONE = (1 << 63) - 1  # above every offset delta (an int32)
 
 
-def _values_scope(buf, header: BatchHeader, path, first_offset: int | None):
+def _values_scope(
+    buf: ByteSource, header: BatchHeader, path: Where, first_offset: int | None
+) -> tuple[memoryview | bytes, int]:
     """(records area, the first offset delta included) of a v2 user batch."""
     min_delta = _ALL if first_offset is None or header.base_offset >= first_offset else (
         min(first_offset - header.base_offset, _NONE)  # a damaged base offset can put it past int64
@@ -254,7 +265,7 @@ def _values_scope(buf, header: BatchHeader, path, first_offset: int | None):
 
 
 def batch_values(
-    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
+    buf: ByteSource, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
 ) -> bytes | None:
     """The values of the batch's user records at ``first_offset`` and after, each followed by a
     newline (a null value is an empty line); None for a legacy batch (decode its columns)."""
@@ -267,7 +278,7 @@ def batch_values(
 
 
 def batch_values_size(
-    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
+    buf: ByteSource, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None
 ) -> int | None:
     """``len(batch_values(...))``, without building the bytes; None for a legacy batch."""
     if header.magic < 2:
@@ -279,7 +290,7 @@ def batch_values_size(
 
 
 def batch_plain_jsonl(
-    buf, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None,
+    buf: ByteSource, header: BatchHeader, *, path: str | Path | None = None, first_offset: int | None = None,
     build: bool = True,
 ) -> bytes | int | None:
     """The ``records.jsonl`` lines (:func:`seglogfs.jsonl.columns_to_jsonl`) of the batch's user records
@@ -300,7 +311,7 @@ def batch_plain_jsonl(
 # Whole batches as objects
 
 
-def decode_batch(buf, header: BatchHeader, *, path: str | Path | None = None) -> list[Record]:
+def decode_batch(buf: ByteSource, header: BatchHeader, *, path: Where = None) -> list[Record]:
     """The user records of one batch ([] for a control batch). Does not check the CRC."""
     if header.is_control:
         return []
@@ -309,7 +320,7 @@ def decode_batch(buf, header: BatchHeader, *, path: str | Path | None = None) ->
     return _v2_columns(buf, header, path)[0].records()
 
 
-def decode_batch_all(buf, header: BatchHeader, *, path: str | Path | None = None) -> list[DecodedRecord]:
+def decode_batch_all(buf: ByteSource, header: BatchHeader, *, path: Where = None) -> list[DecodedRecord]:
     """Every record of the batch, control records included (for dump and verification)."""
     if header.magic < 2:
         return legacy_messages(buf, header, path)

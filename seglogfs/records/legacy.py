@@ -23,12 +23,12 @@ from .batch_header import (
     BatchHeader,
     batch_bytes,
 )
-from .types import DecodedRecord, Record, RecordColumns
+from .types import ByteSource, DecodedRecord, Record, RecordColumns, Where
 
 _INT32 = struct.Struct(">i")
 
 
-def legacy_messages(buf, header: BatchHeader, path) -> list[DecodedRecord]:
+def legacy_messages(buf: ByteSource, header: BatchHeader, path: Where) -> list[DecodedRecord]:
     """The messages of a legacy entry; a compressed wrapper is unwrapped (one level, as Kafka does)."""
     entry = bytes(batch_bytes(buf, header))
     try:
@@ -63,7 +63,7 @@ def legacy_messages(buf, header: BatchHeader, path) -> list[DecodedRecord]:
     return fixed
 
 
-def _inner_messages(inner_bytes: bytes, header: BatchHeader, path) -> list[DecodedRecord]:
+def _inner_messages(inner_bytes: bytes, header: BatchHeader, path: Where) -> list[DecodedRecord]:
     """The complete messages inside a decompressed wrapper value (a torn last one is dropped)."""
     inner: list[DecodedRecord] = []
     pos = 0
@@ -120,7 +120,7 @@ def _legacy_bytes(data: bytes, p: int, end: int, what: str) -> tuple[bytes | Non
     return data[p : p + length], p + length
 
 
-def legacy_records(buf, header: BatchHeader, path) -> list[Record]:
+def legacy_records(buf: ByteSource, header: BatchHeader, path: Where) -> list[Record]:
     """The messages of a legacy entry as user records."""
     tstype = header.timestamp_type
     return [
@@ -129,7 +129,7 @@ def legacy_records(buf, header: BatchHeader, path) -> list[Record]:
     ]
 
 
-def legacy_columns(buf, header: BatchHeader, path) -> RecordColumns:
+def legacy_columns(buf: ByteSource, header: BatchHeader, path: Where) -> RecordColumns:
     """The messages of a legacy entry as record columns."""
     records = legacy_messages(buf, header, path)
     data = bytearray()

@@ -9,11 +9,12 @@ end), and the records must fill the area exactly.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Literal, overload
 
 import numpy as np
 
 from ..errors import CorruptRecordError
+from .types import ByteSource, Where
 
 try:
     from . import _scan
@@ -28,8 +29,6 @@ START, END, TS_DELTA, OFFSET_DELTA, KEY_START, KEY_LENGTH, VALUE_START, VALUE_LE
 HEADERS_START, HEADER_COUNT = 8, 9
 ROWS = _scan.ROWS
 
-Where = str | Path | None
-
 # The smallest record: length, attributes, timestamp delta, offset delta, key length, value length and
 # header count, one byte each. A count above len(area) // this is a lie, told before any allocation.
 MIN_RECORD_SIZE = 7
@@ -39,13 +38,13 @@ def _malformed(exc: ValueError, path: Where, position: int) -> CorruptRecordErro
     return CorruptRecordError(f"malformed record in batch: {exc}", path, position)
 
 
-def _check_end(end: int, area, count: int, path: Where, position: int) -> None:
+def _check_end(end: int, area: ByteSource, count: int, path: Where, position: int) -> None:
     left = len(area) - end
     if left:
         raise CorruptRecordError(f"{left} bytes left over after {count} records", path, position)
 
 
-def _check_count(area, count: int, path: Where, position: int) -> None:
+def _check_count(area: ByteSource, count: int, path: Where, position: int) -> None:
     """A record count the area can hold, so that arrays sized by it stay within the area's size (a
     60-byte batch claiming 2**31 - 1 records must not allocate 160 GiB)."""
     if count > len(area) // MIN_RECORD_SIZE:
@@ -57,7 +56,7 @@ def _check_count(area, count: int, path: Where, position: int) -> None:
         )
 
 
-def scan_area(area, count: int, path: Where, position: int) -> np.ndarray:
+def scan_area(area: ByteSource, count: int, path: Where, position: int) -> np.ndarray:
     """Every field of every record: int64 array (ROWS, count), rows START..HEADER_COUNT (a length of
     -1 is null; positions are within ``area``)."""
     _check_count(area, count, path, position)
@@ -70,7 +69,9 @@ def scan_area(area, count: int, path: Where, position: int) -> np.ndarray:
     return out
 
 
-def scan_bounds(area, count: int, path: Where, position: int) -> tuple[np.ndarray, np.ndarray | None]:
+def scan_bounds(
+    area: ByteSource, count: int, path: Where, position: int
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(each record's start within ``area``, int32; the offset deltas, int64, or None when every
     delta equals its record's index), every record checked as by :func:`scan_area`."""
     _check_count(area, count, path, position)
@@ -84,7 +85,9 @@ def scan_bounds(area, count: int, path: Where, position: int) -> tuple[np.ndarra
     return starts, None if identity else deltas
 
 
-def scan_record(data, path: Where, position: int) -> tuple[int, int, int, int, int, int, int, int]:
+def scan_record(
+    data: ByteSource, path: Where, position: int
+) -> tuple[int, int, int, int, int, int, int, int]:
     """The one record ``data`` holds (length prefix included): (ts delta, offset delta, key start, key
     length, value start, value length, headers start, header count)."""
     try:
@@ -93,18 +96,28 @@ def scan_record(data, path: Where, position: int) -> tuple[int, int, int, int, i
         raise _malformed(exc, path, position) from None
 
 
-def values_size(area, count: int, min_delta: int, path: Where, position: int) -> int:
+def values_size(area: ByteSource, count: int, min_delta: int, path: Where, position: int) -> int:
     """``len(join_values(...))`` without building it."""
     return _values(area, count, min_delta, False, path, position)
 
 
-def join_values(area, count: int, min_delta: int, path: Where, position: int) -> bytes:
+def join_values(area: ByteSource, count: int, min_delta: int, path: Where, position: int) -> bytes:
     """The values of the records at offset delta ``min_delta`` and after, each followed by ``\\n`` (a
     null value is an empty line)."""
     return _values(area, count, min_delta, True, path, position)
 
 
-def _values(area, count: int, min_delta: int, build: bool, path: Where, position: int):
+@overload
+def _values(
+    area: ByteSource, count: int, min_delta: int, build: Literal[True], path: Where, position: int
+) -> bytes: ...
+@overload
+def _values(
+    area: ByteSource, count: int, min_delta: int, build: Literal[False], path: Where, position: int
+) -> int: ...
+def _values(
+    area: ByteSource, count: int, min_delta: int, build: bool, path: Where, position: int
+) -> bytes | int:
     try:
         result, end = _scan.values(area, count, min_delta, build)
     except _scan.MalformedRecords as exc:
@@ -114,8 +127,8 @@ def _values(area, count: int, min_delta: int, build: bool, path: Where, position
 
 
 def plain_jsonl(
-    area, count: int, min_delta: int, stamps: tuple[int, int, int | None, str], build: bool, path: Where,
-    position: int,
+    area: ByteSource, count: int, min_delta: int, stamps: tuple[int, int, int | None, str], build: bool,
+    path: Where, position: int,
 ) -> bytes | int | None:
     """The ``records.jsonl`` lines (or their length when not ``build``) of the records at offset delta
     ``min_delta`` and after, when every one is plain (no key, no headers, a printable ASCII value);

@@ -3,14 +3,20 @@ DecodedRecord, RecordColumns, RecordBounds)."""
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import repeat
+from pathlib import Path
 
 import numpy as np
 
 Header = tuple[str, bytes | None]
+#: what the codec reads batches from: a file's bytes, a view of them, or the file mapped
+ByteSource = bytes | bytearray | memoryview | mmap.mmap
+#: the file named in errors (None: none)
+Where = str | Path | None
 
 
 class TimestampType(IntEnum):

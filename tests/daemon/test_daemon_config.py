@@ -11,6 +11,7 @@ from seglogd.config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config, parse
 from seglogfs.cleaner_config import CleanerConfig
 from seglogfs.config import LogConfig
 from seglogfs.errors import ConfigError
+from seglogfs.fs.mount_config import MountLogConfig
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -34,7 +35,8 @@ def test_shipped_default_config_loads(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert cfg.defaults.retention_ms == 7 * DAY_MS
     assert set(cfg.logs) == {"events-0", "audit-0", "users-0"}
     assert cfg.logs["users-0"].cleanup_policy == ("compact",)
-    assert cfg.logs["users-0"].fs_append_key_separator == ":"  # DESIGN.md section 3's keyed table
+    assert cfg.mount_config("users-0").append_key_separator == ":"  # DESIGN.md section 3's keyed table
+    assert cfg.mount_config("events-0") == cfg.mount_defaults == MountLogConfig()
     assert cfg.cleaner == CleanerConfig()  # Kafka's defaults
     assert cfg.logs["events-0"] == cfg.defaults
     assert cfg.logs["audit-0"].retention_ms == 30 * DAY_MS
@@ -251,9 +253,10 @@ logs:
         io_max_bytes_per_second=float(10 << 20),
     )
     events, users = cfg.logs["events-0"], cfg.logs["users-0"]
-    assert events.cleanup_policy == ("compact", "delete") and events.fs_append_key_separator is None
+    assert events.cleanup_policy == ("compact", "delete")
+    assert cfg.mount_config("events-0").append_key_separator is None
     assert (events.min_cleanable_dirty_ratio, events.delete_retention_ms) == (0.2, HOUR_MS)
-    assert users.cleanup_policy == ("compact",) and users.fs_append_key_separator == "=>"
+    assert users.cleanup_policy == ("compact",) and cfg.mount_config("users-0").append_key_separator == "=>"
     assert (users.min_cleanable_dirty_ratio, users.min_compaction_lag_ms) == (0.75, 10_000)
     assert (users.max_compaction_lag_ms, users.delete_retention_ms) == (DAY_MS, HOUR_MS)
     assert parse_config(MINIMAL).cleaner == CleanerConfig()

@@ -106,9 +106,6 @@ def test_kafka_defaults() -> None:
         "min.compaction.lag.ms": 0,
         "max.compaction.lag.ms": LONG_MAX,
         "delete.retention.ms": DAY_MS,
-        "fs.listing.limit": 100000,
-        "fs.append.key.separator": None,
-        "fs.isolation.level": "read_uncommitted",
     }
     assert c.codec == "none"
     assert not c.log_append_time
@@ -126,7 +123,6 @@ def test_from_mapping_topic_names_with_units() -> None:
             "compression.type": "zstd",
             "message.timestamp.type": "LogAppendTime",
             "cleanup.policy": "compact,delete",
-            "fs.listing.limit": 10,
         }
     )
     assert c.segment_bytes == 512 * 1024**2
@@ -138,7 +134,6 @@ def test_from_mapping_topic_names_with_units() -> None:
     assert c.log_append_time
     assert c.cleanup_policy == ("compact", "delete")
     assert c.to_dict()["cleanup.policy"] == "compact,delete"
-    assert c.fs_listing_limit == 10
 
 
 def test_from_mapping_overrides_base_only_where_given() -> None:
@@ -281,7 +276,6 @@ def test_shadowed_key_is_still_validated() -> None:
         ("flush.ms", -1, "at least 0"),
         ("max.message.bytes", -1, "at least 0"),
         ("file.delete.delay.ms", -1, "at least 0"),
-        ("fs.listing.limit", 0, "at least 1"),
         ("log.roll.hours", 0, "at least 1"),
         ("message.timestamp.type", "createtime", "CreateTime, LogAppendTime"),
         ("compression.type", "brotli", "must be one of"),
@@ -300,9 +294,6 @@ def test_shadowed_key_is_still_validated() -> None:
         ("max.compaction.lag.ms", 0, "at least 1"),
         ("delete.retention.ms", -1, "at least 0"),
         ("log.cleaner.delete.retention.ms", "1 fortnight", "unknown duration unit"),
-        ("fs.append.key.separator", "", "non-empty string without a newline"),
-        ("fs.append.key.separator", "a\nb", "non-empty string without a newline"),
-        ("fs.append.key.separator", 5, "non-empty string without a newline"),
     ],
 )
 def test_every_error_names_key_value_reason(key: str, value: object, reason_part: str) -> None:
@@ -360,7 +351,6 @@ def test_compaction_settings_with_kafka_names_and_broker_spellings() -> None:
             "min.compaction.lag.ms": "1h",
             "max.compaction.lag.ms": "2d",
             "delete.retention.ms": "10s",
-            "fs.append.key.separator": "::",
         }
     )
     assert topic.cleanup_policy == ("compact", "delete")
@@ -368,7 +358,6 @@ def test_compaction_settings_with_kafka_names_and_broker_spellings() -> None:
     assert topic.min_compaction_lag_ms == 3_600_000
     assert topic.max_compaction_lag_ms == 2 * DAY_MS
     assert topic.delete_retention_ms == 10_000
-    assert topic.fs_append_key_separator == "::"
     broker = LogConfig.from_mapping(
         {
             "log.cleaner.min.cleanable.ratio": 0.1,
@@ -382,7 +371,6 @@ def test_compaction_settings_with_kafka_names_and_broker_spellings() -> None:
     lags = (broker.min_compaction_lag_ms, broker.max_compaction_lag_ms, broker.delete_retention_ms)
     assert lags == (5, 6, 7)
     assert LogConfig(min_cleanable_dirty_ratio=1).min_cleanable_dirty_ratio == 1.0
-    assert LogConfig.from_mapping({"fs.append.key.separator": None}).fs_append_key_separator is None
 
 
 def test_broker_cleaner_keys_are_skipped_in_defaults_and_refused_per_log() -> None:
@@ -394,9 +382,12 @@ def test_broker_cleaner_keys_are_skipped_in_defaults_and_refused_per_log() -> No
     assert "belongs in defaults" in info.value.reason
 
 
-def test_fs_isolation_level_takes_kafkas_two_values() -> None:
-    committed = LogConfig.from_mapping({"fs.isolation.level": "read_committed"})
-    assert committed.fs_isolation_level == "read_committed"
-    with pytest.raises(ConfigError) as info:
-        LogConfig.from_mapping({"fs.isolation.level": "committed"})
-    assert info.value.key == "fs.isolation.level" and "read_committed" in info.value.reason
+def test_the_mounts_settings_are_skipped_as_foreign_and_refused_otherwise() -> None:
+    """``fs.*`` keys are the mount's (seglogfs.fs.mount_config): skipped when named ``foreign``, an
+    unknown config otherwise, with the foreign names among the suggestions."""
+    mapping = {"fs.listing.limit": 10, "segment.bytes": 100}
+    assert LogConfig.from_mapping(mapping, foreign={"fs.listing.limit"}).segment_bytes == 100
+    with pytest.raises(ConfigError, match="unknown config"):
+        LogConfig.from_mapping(mapping)
+    with pytest.raises(ConfigError, match=r"did you mean fs\.listing\.limit"):
+        LogConfig.from_mapping({"fs.listing.limt": 1}, foreign={"fs.listing.limit"})

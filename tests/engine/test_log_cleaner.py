@@ -28,10 +28,10 @@ from support.record_batches import raw_legacy
 from support.transactions import Scenario
 
 from seglogfs import segment_swap
+from seglogfs.cleaner import CleanAborted, Cleaner, cleanable_range, group_segments_by_size
 from seglogfs.cleaner_config import CleanerConfig
-from seglogfs.cleaner_manager import Throttler
 from seglogfs.errors import InvalidRecordError
-from seglogfs.log_cleaner import CleanAborted, Cleaner, cleanable_range, group_segments_by_size
+from seglogfs.log_cleaner import Throttler
 from seglogfs.log_files import CLEANER_OFFSET_CHECKPOINT
 from seglogfs.log_manager import LogManager
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED

@@ -11,9 +11,9 @@ from crc32c import crc32c
 from support.cleaner_helpers import compact_config, open_manager
 from support.engine_helpers import ManualClock
 
+from seglogfs.cleaner import Cleaner, cleanable_range
 from seglogfs.errors import CorruptRecordError
 from seglogfs.log import Log
-from seglogfs.log_cleaner import Cleaner, cleanable_range
 from seglogfs.records import ProducerRecord, iter_batch_headers
 
 

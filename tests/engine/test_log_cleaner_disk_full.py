@@ -55,12 +55,12 @@ def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_next_clean_wri
 ) -> None:
     """ENOSPC on ``cleaner-offset-checkpoint`` after a clean that was swapped in: a warning and the
     log's ``last_error``, not a cleaner failure; the log stays cleanable and the next write saves it."""
-    import seglogfs.cleaner_manager as cleaner_manager
+    import seglogfs.log_cleaner as log_cleaner
 
     clock = ManualClock()
     cfg = compact_config(segment_bytes="64KiB")
     data = tmp_path / "data"
-    real_write = cleaner_manager.write_offset_checkpoint
+    real_write = log_cleaner.write_offset_checkpoint
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -70,7 +70,7 @@ def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_next_clean_wri
         for i in range(20):
             lg.append([ProducerRecord(key=b"k%d" % (j % 10), value=b"v%d" % i * 40) for j in range(50)])
         lg.roll()
-        monkeypatch.setattr(cleaner_manager, "write_offset_checkpoint", full_disk)
+        monkeypatch.setattr(log_cleaner, "write_offset_checkpoint", full_disk)
         with caplog.at_level(logging.WARNING, logger="seglogfs.cleaner"):
             result = manager.clean_once()
         assert result is not None and result.records_removed > 0
@@ -79,7 +79,7 @@ def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_next_clean_wri
         assert state["uncleanable"] is None and "No space left" in state["last_error"]
         latest = {key: value for key, (_, value) in latest_per_key(engine_records(lg)).items()}
         assert latest == {b"k%d" % j: b"v19" * 40 for j in range(10)}
-        monkeypatch.setattr(cleaner_manager, "write_offset_checkpoint", real_write)
+        monkeypatch.setattr(log_cleaner, "write_offset_checkpoint", real_write)
         for i in range(20):
             lg.append([ProducerRecord(key=b"k%d" % (j % 10), value=b"w%d" % i) for j in range(50)])
         lg.roll()

@@ -12,7 +12,7 @@ import pytest
 from support.cleaner_helpers import compact_config, engine_records, latest_per_key, open_manager
 from support.engine_helpers import ManualClock
 
-from seglogfs.log_cleaner import WINDOW_MEMORY_FACTOR, Cleaner
+from seglogfs.cleaner import WINDOW_MEMORY_FACTOR, Cleaner
 from seglogfs.records import ProducerRecord
 from seglogfs.records.encode import KeyedValues
 

@@ -19,6 +19,7 @@ from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
 from seglogfs.log_manager import LogManager
 from seglogfs.records import ProducerRecord, iter_batch_headers
 from seglogfs.segment import LogSegment
+from seglogfs.segment_survey import SegmentSurvey
 from seglogfs.views.value_stream import ValueStream
 
 # Several sealed segments, several index entries each, batches of one record.
@@ -40,14 +41,15 @@ def _compacted_with_gaps(data_dir: Path) -> dict[int, bytes]:
 
 
 def _spy(monkeypatch, name: str) -> list:
+    """The calls of the segments' surveys' method ``name``."""
     calls: list = []
-    real = getattr(LogSegment, name)
+    real = getattr(SegmentSurvey, name)
 
     def spy(self, *args, **kwargs):
         calls.append(args)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(LogSegment, name, spy)
+    monkeypatch.setattr(SegmentSurvey, name, spy)
     return calls
 
 
@@ -64,7 +66,7 @@ def test_reads_between_gaps_take_the_quick_path(tmp_path: Path, monkeypatch) -> 
     survivors = _compacted_with_gaps(tmp_path)
     assert _gaps(tmp_path) >= 10 and len(survivors) >= 20
     assert all(value == b"%d" % offset for offset, value in survivors.items())
-    careful = _spy(monkeypatch, "_find_batch_careful")
+    careful = _spy(monkeypatch, "find_batch_careful")
     with LogManager(tmp_path, CFG) as manager:
         lg = manager.get("t-0")
         for offset in range(APPENDS):
