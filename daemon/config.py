@@ -59,7 +59,8 @@ _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs",
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
-    "auto.create.topics.enable", "num.partitions",
+    "auto.create.topics.enable", "num.partitions", "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -309,6 +310,10 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
             )
         if "num.partitions" in kafka:
             values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
+        for key, field_name in (("group.min.session.timeout.ms", "min_session_timeout_ms"),
+                                ("group.max.session.timeout.ms", "max_session_timeout_ms")):
+            if key in kafka:
+                values[field_name] = count_value(kafka[key], key)
         return ListenerConfig(**values)
     except ConfigError as err:
         key = err.key if err.key.startswith("kafka.") else f"kafka.{err.key}"

@@ -17,7 +17,12 @@ from .messages import make, nested, response_class
 if TYPE_CHECKING:
     from .context import BrokerState
 
-__all__ = ["create_topics"]
+__all__ = ["MAX_RECORDS_PER_REQUEST", "create_topics"]
+
+#: Kafka's controller writes at most this many records (one a topic, one a partition) for one request
+#: and refuses the topics past it with POLICY_VIOLATION; here it bounds the logs (directories) one
+#: request makes and keeps ``<topic>-<partition>`` within a file name's 255 bytes
+MAX_RECORDS_PER_REQUEST = 10_000
 
 
 def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
@@ -25,8 +30,9 @@ def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
     cls = response_class(19, version)
     result_cls = nested(cls, "CreatableTopicResult")
     results = []
+    budget = [MAX_RECORDS_PER_REQUEST]
     for topic in request.topics:
-        error, message, partitions = _create(broker, topic, getattr(request, "validate_only", False))
+        error, message, partitions = _create(broker, topic, getattr(request, "validate_only", False), budget)
         results.append(make(
             result_cls, name=topic.name, topic_id=None, error_code=error, error_message=message,
             topic_config_error_code=0, num_partitions=partitions if error == ErrorCode.none else -1,
@@ -35,7 +41,9 @@ def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
     return make(cls, throttle_time=timedelta(0), topics=tuple(results))
 
 
-def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+def _create(
+    broker: BrokerState, topic: Any, validate_only: bool, budget: list[int]
+) -> tuple[ErrorCode, str | None, int]:
     name = topic.name
     try:
         validate_topic(name)
@@ -53,6 +61,9 @@ def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[Error
     if topic.replication_factor not in (-1, 1):
         return (ErrorCode.invalid_replication_factor,
                 f"Replication factor: {topic.replication_factor} larger than available brokers: 1.", -1)
+    if partitions + 1 > budget[0]:
+        return ErrorCode.policy_violation, "Excessively large number of partitions per request.", -1
+    budget[0] -= partitions + 1
     try:
         overrides = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
         config = LogConfig.from_mapping(overrides, broker.topics.manager.default_config, broker_names=False)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from seglogfs.errors import SeglogError
 
-from .error_codes import error_code
+from .error_codes import INTERNAL_TOPICS, error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ def _append(broker: BrokerState, topic: str, partition: int, records: bytes | No
     failed = {"base_offset": -1, "log_append_time": None, "log_start_offset": -1}
     if not acks_valid:
         return {**failed, "error_code": ErrorCode.invalid_required_acks}
+    if topic in INTERNAL_TOPICS:
+        return {**failed, "error_code": ErrorCode.invalid_topic_exception,
+                "error_message": f"Cannot append to internal topic {topic}"}
     log_obj = broker.topics.log(topic, partition)
     if log_obj is None:
         return {**failed, "error_code": broker.topics.missing(topic, partition)}

@@ -32,9 +32,11 @@ class Topics:
             pass
         if partition == 0:
             try:
-                return self.manager.get(topic)
+                log_obj = self.manager.get(topic)
             except KeyError:
                 return None
+            # a log "t-1" is partition 1 of "t", never partition 0 of a topic "t-1"
+            return log_obj if log_obj.topic == topic else None
         return None
 
     def missing(self, topic: str, partition: int) -> ErrorCode:

@@ -1,0 +1,155 @@
+"""The listener against a hostile client: topic names that alias another topic's partition, writes
+to Kafka's internal topics, CreateTopics asking for a million partitions, group requests with
+empty ids, absurd session timeouts and oversized commit metadata. Each answer is the code a Kafka
+4.1 broker gives (checked against it), and nothing reaches the data dir."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from support.kafka_wire import WireClient, produce_request, producer_batch
+from support.mount_fixture import Seglogd, fuse_required
+
+from seglogfs.kafka.messages import make, nested
+from seglogfs.kafka.offsets_topic import offsets_partition
+
+pytestmark = fuse_required
+
+
+@pytest.fixture
+def client(kafka_daemon: Seglogd) -> Iterator[WireClient]:
+    wire = WireClient(kafka_daemon.extra["port"])
+    try:
+        yield wire
+    finally:
+        wire.close()
+
+
+def _create(
+    client: WireClient, name: str, partitions: int, *, validate_only: bool = False
+) -> tuple[int, Any]:
+    cls = load_request_schema(19, 7)
+    topic = make(nested(cls, "CreatableTopic"), name=name, num_partitions=partitions, replication_factor=1,
+                 assignments=(), configs=())
+    request = make(cls, topics=(topic,), timeout=timedelta(seconds=10), validate_only=validate_only)
+    [result] = client.request(19, 7, request).topics
+    return result.error_code.value, result
+
+
+def _metadata(client: WireClient, name: str) -> tuple[int, int]:
+    cls = load_request_schema(3, 12)
+    wanted = make(nested(cls, "MetadataRequestTopic"), name=name, topic_id=None)
+    request = make(cls, topics=(wanted,), allow_auto_topic_creation=False,
+                   include_topic_authorized_operations=False)
+    [topic] = client.request(3, 12, request).topics
+    return topic.error_code.value, len(topic.partitions)
+
+
+def _produce(client: WireClient, topic: str, partition: int = 0) -> int:
+    response = client.request(0, 9, produce_request(9, topic, producer_batch([b"x"]), partition=partition))
+    [part] = response.responses[0].partition_responses
+    return part.error_code.value
+
+
+def _delete_records(client: WireClient, topic: str, offset: int) -> int:
+    cls = load_request_schema(21, 2)
+    part = make(nested(cls, "DeleteRecordsPartition"), partition_index=0, offset=offset)
+    request = make(cls, topics=(make(nested(cls, "DeleteRecordsTopic"), name=topic, partitions=(part,)),),
+                   timeout=timedelta(seconds=5))
+    [result] = client.request(21, 2, request).topics[0].partitions
+    return result.error_code.value
+
+
+def _join(client: WireClient, group: str, session_ms: int) -> int:
+    cls = load_request_schema(11, 9)
+    protocol = make(nested(cls, "JoinGroupRequestProtocol"), name="range", metadata=b"x")
+    request = make(cls, group_id=group, session_timeout=timedelta(milliseconds=session_ms),
+                   rebalance_timeout=timedelta(seconds=1), member_id="", group_instance_id=None,
+                   protocol_type="consumer", protocols=(protocol,), reason=None)
+    return client.request(11, 9, request).error_code.value
+
+
+def _commit(client: WireClient, group: str, topic: str, offset: int, metadata: str = "") -> int:
+    cls = load_request_schema(8, 9)
+    part = make(nested(cls, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=offset,
+                committed_leader_epoch=-1, committed_metadata=metadata)
+    topics = (make(nested(cls, "OffsetCommitRequestTopic"), name=topic, partitions=(part,)),)
+    request = make(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=topics)
+    [result] = client.request(8, 9, request).topics[0].partitions
+    return result.error_code.value
+
+
+def _committed(client: WireClient, group: str, topic: str) -> int:
+    cls = load_request_schema(9, 7)
+    wanted = make(nested(cls, "OffsetFetchRequestTopic"), name=topic, partition_indexes=(0,))
+    response = client.request(9, 7, make(cls, group_id=group, topics=(wanted,), require_stable=False))
+    return response.topics[0].partitions[0].committed_offset
+
+
+def _end_offset(daemon: Seglogd, log: str) -> int:
+    return json.loads((daemon.mount / log / "info").read_text())["end_offset"]
+
+
+def test_a_topic_named_like_another_topics_partition_is_its_own(kafka_daemon: Seglogd,
+                                                                client: WireClient) -> None:
+    assert _create(client, "alias", 2)[0] == ErrorCode.none.value
+    # "alias-1" is partition 1 of "alias", not partition 0 of a topic "alias-1"
+    assert _metadata(client, "alias-1") == (ErrorCode.unknown_topic_or_partition.value, 0)
+    assert _produce(client, "alias-1") == ErrorCode.unknown_topic_or_partition.value
+    assert _create(client, "alias-1", 1)[0] == ErrorCode.none.value
+    assert _produce(client, "alias-1") == ErrorCode.none.value
+    assert (kafka_daemon.mount / "alias-1-0").is_dir()
+    assert _end_offset(kafka_daemon, "alias-1") == 0
+    assert _end_offset(kafka_daemon, "alias-1-0") == 1
+
+
+def test_clients_cannot_write_kafkas_internal_topics(kafka_daemon: Seglogd, client: WireClient) -> None:
+    assert _create(client, "tracked", 1)[0] == ErrorCode.none.value
+    assert _commit(client, "auditors", "tracked", 0) == ErrorCode.none.value
+    partition = offsets_partition("auditors")
+    log = f"__consumer_offsets-{partition}"
+    before = _end_offset(kafka_daemon, log)
+    assert before == 1
+    invalid = ErrorCode.invalid_topic_exception.value
+    response = client.request(0, 9, produce_request(9, "__consumer_offsets", producer_batch([b"forged"]),
+                                                     partition=partition))
+    assert response.responses[0].partition_responses[0].error_code.value == invalid
+    cls = load_request_schema(21, 2)
+    part = make(nested(cls, "DeleteRecordsPartition"), partition_index=partition, offset=-1)
+    request = make(cls, topics=(make(nested(cls, "DeleteRecordsTopic"), name="__consumer_offsets",
+                                     partitions=(part,)),), timeout=timedelta(seconds=5))
+    assert client.request(21, 2, request).topics[0].partitions[0].error_code.value == invalid
+    assert _end_offset(kafka_daemon, log) == before
+    assert _committed(client, "auditors", "tracked") == 0
+
+
+@pytest.mark.parametrize("validate_only", [True, False])
+def test_create_topics_refuses_excessive_partition_counts(kafka_daemon: Seglogd, client: WireClient,
+                                                          validate_only: bool) -> None:
+    policy = ErrorCode.policy_violation.value
+    for count in (1_000_000, 10_000):
+        name = f"huge{count}{validate_only}"
+        assert _create(client, name, count, validate_only=validate_only)[0] == policy
+        assert not list(kafka_daemon.data_dir.glob(f"{name}-*"))
+    assert _create(client, "x" * 249, 9_999, validate_only=True)[0] == ErrorCode.none.value
+
+
+def test_group_requests_with_bad_ids_timeouts_and_metadata(kafka_daemon: Seglogd, client: WireClient) -> None:
+    assert _join(client, "", 10_000) == ErrorCode.invalid_group_id.value
+    assert _join(client, "sessions", 1) == ErrorCode.invalid_session_timeout.value
+    assert _join(client, "sessions", 10**9) == ErrorCode.invalid_session_timeout.value
+    assert _join(client, "sessions", 10_000) == ErrorCode.member_id_required.value
+    assert _create(client, "noted", 1)[0] == ErrorCode.none.value
+    assert _commit(client, "", "noted", 3) == ErrorCode.invalid_group_id.value
+    too_large = ErrorCode.offset_metadata_too_large.value
+    assert _commit(client, "noters", "noted", 3, metadata="m" * 4097) == too_large
+    assert _committed(client, "noters", "noted") == -1
+    assert _commit(client, "noters", "noted", 4, metadata="m" * 4096) == ErrorCode.none.value
+    assert _committed(client, "noters", "noted") == 4
