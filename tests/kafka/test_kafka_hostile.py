@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
+from support.bombs import bomb
 from support.kafka_wire import WireClient, produce_request, producer_batch
 from support.mount_fixture import Seglogd, fuse_required
+from support.record_batches import raw_v2_batch
 
+from seglogfs.compression import Compression
 from seglogfs.kafka.messages import make, nested
 from seglogfs.kafka.offsets_topic import offsets_partition
 
@@ -153,3 +156,17 @@ def test_group_requests_with_bad_ids_timeouts_and_metadata(kafka_daemon: Seglogd
     assert _committed(client, "noters", "noted") == -1
     assert _commit(client, "noters", "noted", 4, metadata="m" * 4096) == ErrorCode.none.value
     assert _committed(client, "noters", "noted") == 4
+
+
+def test_a_compressed_bomb_over_max_message_bytes_is_refused_before_decompressing(
+    kafka_daemon: Seglogd, client: WireClient
+) -> None:
+    """A 2 MiB lz4 batch of 512 MiB of zeros: over ``max.message.bytes`` (1 MiB), so MESSAGE_TOO_LARGE
+    before anything is decompressed, as Kafka checks the size first."""
+    assert _create(client, "bombed", 1)[0] == ErrorCode.none.value
+    area = bomb(Compression.LZ4, 512 << 20)
+    assert len(area) > 1 << 20
+    batch = raw_v2_batch(area, 1000, attributes=Compression.LZ4)
+    response = client.request(0, 9, produce_request(9, "bombed", batch))
+    assert response.responses[0].partition_responses[0].error_code.value == ErrorCode.message_too_large.value
+    assert _end_offset(kafka_daemon, "bombed-0") == 0
