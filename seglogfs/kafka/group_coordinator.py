@@ -70,7 +70,8 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending_ids: set[str] = field(default_factory=set)  # ids handed out by MEMBER_ID_REQUIRED
+    #: ids handed out by MEMBER_ID_REQUIRED, until when they may join (one session timeout, as Kafka)
+    pending_ids: dict[str, float] = field(default_factory=dict)
     deadline: asyncio.TimerHandle | None = None
 
 
@@ -113,11 +114,12 @@ class GroupCoordinator:
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_known_member:
-                group.pending_ids.add(member_id)
+                group.pending_ids[member_id] = time.monotonic() + session_timeout_s
                 raise GroupError(ErrorCode.member_id_required, member_id)
-        elif member_id not in group.members and member_id not in group.pending_ids:
+        elif member_id not in group.members and group.pending_ids.get(member_id, 0) < time.monotonic():
+            group.pending_ids.pop(member_id, None)
             raise GroupError(ErrorCode.unknown_member_id, member_id)
-        group.pending_ids.discard(member_id)
+        group.pending_ids.pop(member_id, None)
         member = group.members.get(member_id)
         if member is None:
             member = group.members[member_id] = Member(
@@ -271,6 +273,9 @@ class GroupCoordinator:
             await asyncio.sleep(EXPIRY_CHECK_S)
             now = time.monotonic()
             for group in list(self.groups.values()):
+                for member_id, until in list(group.pending_ids.items()):
+                    if until < now:
+                        del group.pending_ids[member_id]
                 for member in list(group.members.values()):
                     if not member.joining() and now - member.last_seen > member.session_timeout_s:
                         with contextlib.suppress(KeyError):

@@ -6,6 +6,7 @@ empty ids, absurd session timeouts and oversized commit metadata. Each answer is
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -170,3 +171,21 @@ def test_a_compressed_bomb_over_max_message_bytes_is_refused_before_decompressin
     response = client.request(0, 9, produce_request(9, "bombed", batch))
     assert response.responses[0].partition_responses[0].error_code.value == ErrorCode.message_too_large.value
     assert _end_offset(kafka_daemon, "bombed-0") == 0
+
+
+def test_a_member_id_handed_out_expires_after_its_session_timeout(client: WireClient) -> None:
+    """MEMBER_ID_REQUIRED hands out an id a client must join with within its session timeout (Kafka's
+    pending member); a client asking for ids and never joining does not grow the group for ever."""
+    cls = load_request_schema(11, 9)
+    protocol = make(nested(cls, "JoinGroupRequestProtocol"), name="range", metadata=b"x")
+
+    def join(member_id: str) -> Any:
+        request = make(cls, group_id="pending", session_timeout=timedelta(milliseconds=1000),
+                       rebalance_timeout=timedelta(seconds=1), member_id=member_id, group_instance_id=None,
+                       protocol_type="consumer", protocols=(protocol,), reason=None)
+        return client.request(11, 9, request)
+
+    first = join("")
+    assert first.error_code.value == ErrorCode.member_id_required.value
+    time.sleep(1.5)
+    assert join(first.member_id).error_code.value == ErrorCode.unknown_member_id.value
