@@ -34,6 +34,8 @@ def delete_records(broker: BrokerState, request: Any, version: int) -> Any:
                 error = broker.topics.missing(topic.name, part.partition_index)
             elif broker.read_only:
                 error = ErrorCode.topic_authorization_failed
+            elif not log_obj.config.deletes:  # Kafka: a compacted topic keeps its records
+                error = ErrorCode.policy_violation
             else:
                 try:
                     low = log_obj.delete_records_before(part.offset)

@@ -36,11 +36,14 @@ def client(kafka_daemon: Seglogd) -> Iterator[WireClient]:
 
 
 def _create(
-    client: WireClient, name: str, partitions: int, *, validate_only: bool = False
+    client: WireClient, name: str, partitions: int, *, validate_only: bool = False,
+    configs: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     cls = load_request_schema(19, 7)
+    entry_cls = nested(cls, "CreatableTopicConfig")
+    entries = tuple(make(entry_cls, name=k, value=v) for k, v in (configs or {}).items())
     topic = make(nested(cls, "CreatableTopic"), name=name, num_partitions=partitions, replication_factor=1,
-                 assignments=(), configs=())
+                 assignments=(), configs=entries)
     request = make(cls, topics=(topic,), timeout=timedelta(seconds=10), validate_only=validate_only)
     [result] = client.request(19, 7, request).topics
     return result.error_code.value, result
@@ -189,3 +192,22 @@ def test_a_member_id_handed_out_expires_after_its_session_timeout(client: WireCl
     assert first.error_code.value == ErrorCode.member_id_required.value
     time.sleep(1.5)
     assert join(first.member_id).error_code.value == ErrorCode.unknown_member_id.value
+
+
+def test_a_sequence_below_zero_from_a_producer_is_invalid(kafka_daemon: Seglogd, client: WireClient) -> None:
+    assert _create(client, "sequenced", 1)[0] == ErrorCode.none.value
+    batch = producer_batch([b"a"], producer_id=4242, epoch=0, sequence=-1)
+    response = client.request(0, 9, produce_request(9, "sequenced", batch))
+    assert response.responses[0].partition_responses[0].error_code.value == ErrorCode.invalid_record.value
+    assert _end_offset(kafka_daemon, "sequenced-0") == 0
+
+
+def test_delete_records_of_a_compacted_topic_is_a_policy_violation(kafka_daemon: Seglogd,
+                                                                   client: WireClient) -> None:
+    assert _create(client, "kept", 1, configs={"cleanup.policy": "compact"})[0] == ErrorCode.none.value
+    assert _produce(client, "kept") == ErrorCode.none.value
+    assert _delete_records(client, "kept", 1) == ErrorCode.policy_violation.value
+    assert json.loads((kafka_daemon.mount / "kept-0" / "info").read_text())["start_offset"] == 0
+    assert _create(client, "both", 1, configs={"cleanup.policy": "compact,delete"})[0] == ErrorCode.none.value
+    assert _produce(client, "both") == ErrorCode.none.value
+    assert _delete_records(client, "both", 1) == ErrorCode.none.value
