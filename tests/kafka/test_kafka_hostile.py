@@ -15,6 +15,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from support.bombs import bomb
+from support.kafka_fixture import start_kafka_daemon
 from support.kafka_wire import WireClient, produce_request, producer_batch
 from support.mount_fixture import Seglogd, fuse_required
 from support.record_batches import raw_v2_batch
@@ -26,9 +27,24 @@ from seglogfs.kafka.offsets_topic import offsets_partition
 pytestmark = fuse_required
 
 
+FETCH_MAX_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
+    started = start_kafka_daemon(
+        tmp_path_factory.mktemp("hostile"), logs={},
+        kafka={"fetch.max.bytes": FETCH_MAX_BYTES, "group.min.session.timeout.ms": 1000},
+    )
+    try:
+        yield started
+    finally:
+        started.cleanup()
+
+
 @pytest.fixture
-def client(kafka_daemon: Seglogd) -> Iterator[WireClient]:
-    wire = WireClient(kafka_daemon.extra["port"])
+def client(daemon: Seglogd) -> Iterator[WireClient]:
+    wire = WireClient(daemon.extra["port"])
     try:
         yield wire
     finally:
@@ -104,7 +120,7 @@ def _end_offset(daemon: Seglogd, log: str) -> int:
     return json.loads((daemon.mount / log / "info").read_text())["end_offset"]
 
 
-def test_a_topic_named_like_another_topics_partition_is_its_own(kafka_daemon: Seglogd,
+def test_a_topic_named_like_another_topics_partition_is_its_own(daemon: Seglogd,
                                                                 client: WireClient) -> None:
     assert _create(client, "alias", 2)[0] == ErrorCode.none.value
     # "alias-1" is partition 1 of "alias", not partition 0 of a topic "alias-1"
@@ -112,17 +128,17 @@ def test_a_topic_named_like_another_topics_partition_is_its_own(kafka_daemon: Se
     assert _produce(client, "alias-1") == ErrorCode.unknown_topic_or_partition.value
     assert _create(client, "alias-1", 1)[0] == ErrorCode.none.value
     assert _produce(client, "alias-1") == ErrorCode.none.value
-    assert (kafka_daemon.mount / "alias-1-0").is_dir()
-    assert _end_offset(kafka_daemon, "alias-1") == 0
-    assert _end_offset(kafka_daemon, "alias-1-0") == 1
+    assert (daemon.mount / "alias-1-0").is_dir()
+    assert _end_offset(daemon, "alias-1") == 0
+    assert _end_offset(daemon, "alias-1-0") == 1
 
 
-def test_clients_cannot_write_kafkas_internal_topics(kafka_daemon: Seglogd, client: WireClient) -> None:
+def test_clients_cannot_write_kafkas_internal_topics(daemon: Seglogd, client: WireClient) -> None:
     assert _create(client, "tracked", 1)[0] == ErrorCode.none.value
     assert _commit(client, "auditors", "tracked", 0) == ErrorCode.none.value
     partition = offsets_partition("auditors")
     log = f"__consumer_offsets-{partition}"
-    before = _end_offset(kafka_daemon, log)
+    before = _end_offset(daemon, log)
     assert before == 1
     invalid = ErrorCode.invalid_topic_exception.value
     response = client.request(0, 9, produce_request(9, "__consumer_offsets", producer_batch([b"forged"]),
@@ -133,22 +149,22 @@ def test_clients_cannot_write_kafkas_internal_topics(kafka_daemon: Seglogd, clie
     request = make(cls, topics=(make(nested(cls, "DeleteRecordsTopic"), name="__consumer_offsets",
                                      partitions=(part,)),), timeout=timedelta(seconds=5))
     assert client.request(21, 2, request).topics[0].partitions[0].error_code.value == invalid
-    assert _end_offset(kafka_daemon, log) == before
+    assert _end_offset(daemon, log) == before
     assert _committed(client, "auditors", "tracked") == 0
 
 
 @pytest.mark.parametrize("validate_only", [True, False])
-def test_create_topics_refuses_excessive_partition_counts(kafka_daemon: Seglogd, client: WireClient,
+def test_create_topics_refuses_excessive_partition_counts(daemon: Seglogd, client: WireClient,
                                                           validate_only: bool) -> None:
     policy = ErrorCode.policy_violation.value
     for count in (1_000_000, 10_000):
         name = f"huge{count}{validate_only}"
         assert _create(client, name, count, validate_only=validate_only)[0] == policy
-        assert not list(kafka_daemon.data_dir.glob(f"{name}-*"))
+        assert not list(daemon.data_dir.glob(f"{name}-*"))
     assert _create(client, "x" * 249, 9_999, validate_only=True)[0] == ErrorCode.none.value
 
 
-def test_group_requests_with_bad_ids_timeouts_and_metadata(kafka_daemon: Seglogd, client: WireClient) -> None:
+def test_group_requests_with_bad_ids_timeouts_and_metadata(daemon: Seglogd, client: WireClient) -> None:
     assert _join(client, "", 10_000) == ErrorCode.invalid_group_id.value
     assert _join(client, "sessions", 1) == ErrorCode.invalid_session_timeout.value
     assert _join(client, "sessions", 10**9) == ErrorCode.invalid_session_timeout.value
@@ -163,7 +179,7 @@ def test_group_requests_with_bad_ids_timeouts_and_metadata(kafka_daemon: Seglogd
 
 
 def test_a_compressed_bomb_over_max_message_bytes_is_refused_before_decompressing(
-    kafka_daemon: Seglogd, client: WireClient
+    daemon: Seglogd, client: WireClient
 ) -> None:
     """A 2 MiB lz4 batch of 512 MiB of zeros: over ``max.message.bytes`` (1 MiB), so MESSAGE_TOO_LARGE
     before anything is decompressed, as Kafka checks the size first."""
@@ -173,7 +189,7 @@ def test_a_compressed_bomb_over_max_message_bytes_is_refused_before_decompressin
     batch = raw_v2_batch(area, 1000, attributes=Compression.LZ4)
     response = client.request(0, 9, produce_request(9, "bombed", batch))
     assert response.responses[0].partition_responses[0].error_code.value == ErrorCode.message_too_large.value
-    assert _end_offset(kafka_daemon, "bombed-0") == 0
+    assert _end_offset(daemon, "bombed-0") == 0
 
 
 def test_a_member_id_handed_out_expires_after_its_session_timeout(client: WireClient) -> None:
@@ -194,20 +210,40 @@ def test_a_member_id_handed_out_expires_after_its_session_timeout(client: WireCl
     assert join(first.member_id).error_code.value == ErrorCode.unknown_member_id.value
 
 
-def test_a_sequence_below_zero_from_a_producer_is_invalid(kafka_daemon: Seglogd, client: WireClient) -> None:
+def test_a_sequence_below_zero_from_a_producer_is_invalid(daemon: Seglogd, client: WireClient) -> None:
     assert _create(client, "sequenced", 1)[0] == ErrorCode.none.value
     batch = producer_batch([b"a"], producer_id=4242, epoch=0, sequence=-1)
     response = client.request(0, 9, produce_request(9, "sequenced", batch))
     assert response.responses[0].partition_responses[0].error_code.value == ErrorCode.invalid_record.value
-    assert _end_offset(kafka_daemon, "sequenced-0") == 0
+    assert _end_offset(daemon, "sequenced-0") == 0
 
 
-def test_delete_records_of_a_compacted_topic_is_a_policy_violation(kafka_daemon: Seglogd,
+def test_delete_records_of_a_compacted_topic_is_a_policy_violation(daemon: Seglogd,
                                                                    client: WireClient) -> None:
     assert _create(client, "kept", 1, configs={"cleanup.policy": "compact"})[0] == ErrorCode.none.value
     assert _produce(client, "kept") == ErrorCode.none.value
     assert _delete_records(client, "kept", 1) == ErrorCode.policy_violation.value
-    assert json.loads((kafka_daemon.mount / "kept-0" / "info").read_text())["start_offset"] == 0
+    assert json.loads((daemon.mount / "kept-0" / "info").read_text())["start_offset"] == 0
     assert _create(client, "both", 1, configs={"cleanup.policy": "compact,delete"})[0] == ErrorCode.none.value
     assert _produce(client, "both") == ErrorCode.none.value
     assert _delete_records(client, "both", 1) == ErrorCode.none.value
+
+
+def test_fetch_max_bytes_of_the_listener_bounds_a_response(daemon: Seglogd, client: WireClient) -> None:
+    """A client asking for 2 GiB gets at most the listener's ``fetch.max.bytes`` (Kafka's rule), not
+    the rest of the segment read into memory."""
+    assert _create(client, "wide", 1)[0] == ErrorCode.none.value
+    for _ in range(12):
+        batch = producer_batch([bytes(10_000)])
+        assert client.request(0, 9, produce_request(9, "wide", batch)).responses[0].partition_responses[
+            0].error_code.value == ErrorCode.none.value
+    cls = load_request_schema(1, 12)
+    part = make(nested(cls, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=2**31 - 1)
+    request = make(cls, cluster_id=None, replica_id=-1, replica_state=None, max_wait=timedelta(0),
+                   min_bytes=0, max_bytes=2**31 - 1, isolation_level=0, session_id=0, session_epoch=-1,
+                   topics=(make(nested(cls, "FetchTopic"), topic="wide", topic_id=None, partitions=(part,)),),
+                   forgotten_topics_data=(), rack_id="")
+    [answer] = client.request(1, 12, request).responses[0].partitions
+    assert answer.error_code.value == ErrorCode.none.value
+    assert FETCH_MAX_BYTES // 2 < len(answer.records) <= FETCH_MAX_BYTES
