@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from seglogfs.log_manager import LogManager
@@ -36,6 +37,8 @@ class BrokerState:
         self.groups = GroupCoordinator()
         self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
+        #: held while topics are made (in a worker thread), so that two requests never make one twice
+        self.creating = asyncio.Lock()
 
     def checkpoint(self) -> None:
         """Write the log-start checkpoints now (after DeleteRecords), not at the next maintenance."""

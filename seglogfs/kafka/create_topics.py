@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +26,17 @@ __all__ = ["MAX_RECORDS_PER_REQUEST", "create_topics"]
 MAX_RECORDS_PER_REQUEST = 10_000
 
 
-def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
-    """Create each topic asked for, or say why not (``validate_only``: only check)."""
+async def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
+    """Create each topic asked for, or say why not (``validate_only``: only check). The logs are made
+    in a worker thread (a few fsyncs each), so the other connections go on meanwhile."""
     cls = response_class(19, version)
     result_cls = nested(cls, "CreatableTopicResult")
     results = []
     budget = [MAX_RECORDS_PER_REQUEST]
+    validate_only = getattr(request, "validate_only", False)
     for topic in request.topics:
-        error, message, partitions = _create(broker, topic, getattr(request, "validate_only", False), budget)
+        async with broker.creating:  # the existence check and the creation as one step
+            error, message, partitions = await _create(broker, topic, validate_only, budget)
         results.append(make(
             result_cls, name=topic.name, topic_id=None, error_code=error, error_message=message,
             topic_config_error_code=0, num_partitions=partitions if error == ErrorCode.none else -1,
@@ -41,7 +45,7 @@ def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
     return make(cls, throttle_time=timedelta(0), topics=tuple(results))
 
 
-def _create(
+async def _create(
     broker: BrokerState, topic: Any, validate_only: bool, budget: list[int]
 ) -> tuple[ErrorCode, str | None, int]:
     name = topic.name
@@ -72,7 +76,7 @@ def _create(
     if validate_only:
         return ErrorCode.none, None, partitions
     try:
-        broker.topics.create(name, partitions, config if overrides else None)
+        await asyncio.to_thread(broker.topics.create, name, partitions, config if overrides else None)
     except FileExistsError as exc:
         return ErrorCode.topic_already_exists, str(exc), -1
     except (SeglogError, OSError) as exc:

@@ -6,6 +6,7 @@ empty ids, absurd session timeouts and oversized commit metadata. Each answer is
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -247,3 +248,37 @@ def test_fetch_max_bytes_of_the_listener_bounds_a_response(daemon: Seglogd, clie
     [answer] = client.request(1, 12, request).responses[0].partitions
     assert answer.error_code.value == ErrorCode.none.value
     assert FETCH_MAX_BYTES // 2 < len(answer.records) <= FETCH_MAX_BYTES
+
+
+def test_other_connections_are_answered_while_topics_are_created(daemon: Seglogd, client: WireClient) -> None:
+    """A Metadata auto-creating many topics (each log a few fsyncs) does not stall the listener: a
+    request on another connection, sent after it, is answered before it."""
+    assert _create(client, "bystander", 1)[0] == ErrorCode.none.value
+    cls = load_request_schema(3, 12)
+    entry = nested(cls, "MetadataRequestTopic")
+    names = tuple(make(entry, name=f"many{i}", topic_id=None) for i in range(100))
+    request = make(cls, topics=names, allow_auto_topic_creation=True,
+                   include_topic_authorized_operations=False)
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def creating() -> None:
+        topics = client.request(3, 12, request).topics
+        assert all(t.error_code.value == ErrorCode.none.value for t in topics)
+        with lock:
+            finished.append("create")
+
+    worker = threading.Thread(target=creating)
+    worker.start()
+    try:
+        time.sleep(0.1)
+        other = WireClient(daemon.extra["port"])
+        try:
+            assert _metadata(other, "bystander") == (ErrorCode.none.value, 1)
+            with lock:
+                finished.append("other")
+        finally:
+            other.close()
+    finally:
+        worker.join(60)
+    assert finished == ["other", "create"]
