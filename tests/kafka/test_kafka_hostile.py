@@ -282,3 +282,16 @@ def test_other_connections_are_answered_while_topics_are_created(daemon: Seglogd
     finally:
         worker.join(60)
     assert finished == ["other", "create"]
+
+
+def test_describe_configs_of_an_invalid_topic_name(client: WireClient) -> None:
+    cls = load_request_schema(32, 4)
+    entry = nested(cls, "DescribeConfigsResource")
+    resources = tuple(
+        make(entry, resource_type=2, resource_name=name, configuration_keys=None)
+        for name in ("../x", "", "nosuch")
+    )
+    request = make(cls, resources=resources, include_synonyms=False, include_documentation=False)
+    codes = [r.error_code.value for r in client.request(32, 4, request).results]
+    invalid = ErrorCode.invalid_topic_exception.value
+    assert codes == [invalid, invalid, ErrorCode.unknown_topic_or_partition.value]
