@@ -34,7 +34,7 @@ class BrokerState:
         )
         self.waiters = waiters
         self.producer_ids = ProducerIds()
-        self.groups = GroupCoordinator()
+        self.groups = GroupCoordinator(has_offsets=lambda group_id: bool(self.offsets.committed(group_id)))
         self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
         #: held while topics are made (in a worker thread), so that two requests never make one twice

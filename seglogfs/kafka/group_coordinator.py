@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -78,8 +79,10 @@ class Group:
 class GroupCoordinator:
     """Every group of this node."""
 
-    def __init__(self) -> None:
+    def __init__(self, has_offsets: Callable[[str], bool] = lambda group_id: False) -> None:
+        """``has_offsets``: whether a group has committed offsets (an Empty group is kept then)."""
         self.groups: dict[str, Group] = {}
+        self._has_offsets = has_offsets
         self._expiry: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -268,6 +271,13 @@ class GroupCoordinator:
         else:
             self._complete_join(group)  # the last one left: a new, empty generation
 
+    def _forget_if_dead(self, group: Group) -> None:
+        """Drop an Empty group without members, pending ids or committed offsets (Kafka's Dead): a
+        client naming new group ids must not grow memory for ever."""
+        if group.state == EMPTY and not group.members and not group.pending_ids and group.deadline is None \
+                and not self._has_offsets(group.group_id):
+            self.groups.pop(group.group_id, None)
+
     async def _expire_sessions(self) -> None:
         while True:
             await asyncio.sleep(EXPIRY_CHECK_S)
@@ -276,6 +286,7 @@ class GroupCoordinator:
                 for member_id, until in list(group.pending_ids.items()):
                     if until < now:
                         del group.pending_ids[member_id]
+                self._forget_if_dead(group)
                 for member in list(group.members.values()):
                     if not member.joining() and now - member.last_seen > member.session_timeout_s:
                         with contextlib.suppress(KeyError):

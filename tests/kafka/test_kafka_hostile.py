@@ -208,6 +208,9 @@ def test_a_member_id_handed_out_expires_after_its_session_timeout(client: WireCl
     first = join("")
     assert first.error_code.value == ErrorCode.member_id_required.value
     time.sleep(1.5)
+    # nothing is left of the group then (Kafka's Dead: no members, no offsets)
+    listed = client.request(16, 4, make(load_request_schema(16, 4), states_filter=()))
+    assert "pending" not in {g.group_id for g in listed.groups}
     assert join(first.member_id).error_code.value == ErrorCode.unknown_member_id.value
 
 
