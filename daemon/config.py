@@ -59,8 +59,8 @@ _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs",
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
-    "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "group.min.session.timeout.ms",
-    "group.max.session.timeout.ms",
+    "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "connections.max.idle.ms",
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms",
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -310,6 +310,9 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
             )
         if "num.partitions" in kafka:
             values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
+        if "connections.max.idle.ms" in kafka:
+            key = "connections.max.idle.ms"
+            values["max_idle_ms"] = count_value(kafka[key], key)
         if "fetch.max.bytes" in kafka:
             values["fetch_max_bytes"] = size_value(kafka["fetch.max.bytes"], "fetch.max.bytes")
         for key, field_name in (("group.min.session.timeout.ms", "min_session_timeout_ms"),

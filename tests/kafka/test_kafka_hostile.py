@@ -6,6 +6,7 @@ empty ids, absurd session timeouts and oversized commit metadata. Each answer is
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -29,13 +30,15 @@ pytestmark = fuse_required
 
 
 FETCH_MAX_BYTES = 64 * 1024
+MAX_IDLE_MS = 3000
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
     started = start_kafka_daemon(
         tmp_path_factory.mktemp("hostile"), logs={},
-        kafka={"fetch.max.bytes": FETCH_MAX_BYTES, "group.min.session.timeout.ms": 1000},
+        kafka={"fetch.max.bytes": FETCH_MAX_BYTES, "group.min.session.timeout.ms": 1000,
+               "connections.max.idle.ms": MAX_IDLE_MS},
     )
     try:
         yield started
@@ -298,3 +301,24 @@ def test_describe_configs_of_an_invalid_topic_name(client: WireClient) -> None:
     codes = [r.error_code.value for r in client.request(32, 4, request).results]
     invalid = ErrorCode.invalid_topic_exception.value
     assert codes == [invalid, invalid, ErrorCode.unknown_topic_or_partition.value]
+
+
+def test_an_idle_connection_is_closed_after_connections_max_idle_ms(daemon: Seglogd) -> None:
+    """A connection that sends nothing (or stops halfway through a size prefix) is closed, as Kafka
+    closes one idle for ``connections.max.idle.ms``; one that keeps asking stays open."""
+    silent = socket.create_connection(("127.0.0.1", daemon.extra["port"]), timeout=MAX_IDLE_MS / 1000 * 4)
+    halfway = socket.create_connection(("127.0.0.1", daemon.extra["port"]), timeout=MAX_IDLE_MS / 1000 * 4)
+    active = WireClient(daemon.extra["port"])
+    try:
+        halfway.sendall(b"\0\0")
+        began = time.monotonic()
+        while time.monotonic() - began < MAX_IDLE_MS / 1000 * 1.5:
+            assert _metadata(active, "nosuch")[0] == ErrorCode.unknown_topic_or_partition.value
+            time.sleep(0.5)
+        assert silent.recv(1) == b""
+        assert halfway.recv(1) == b""
+        assert _metadata(active, "nosuch")[0] == ErrorCode.unknown_topic_or_partition.value
+    finally:
+        silent.close()
+        halfway.close()
+        active.close()
