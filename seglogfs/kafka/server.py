@@ -78,6 +78,7 @@ class KafkaListener:
         if self._thread is None:
             return
         self.manager.on_append = None
+        self.broker.topics.stop(timeout=10)  # before the daemon closes the logs under a creation
         future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         try:
             future.result(timeout=10)

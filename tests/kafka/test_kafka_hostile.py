@@ -5,19 +5,21 @@ empty ids, absurd session timeouts and oversized commit metadata. Each answer is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from support.bombs import bomb
-from support.kafka_fixture import start_kafka_daemon
+from support.kafka_fixture import restart, start_kafka_daemon
 from support.kafka_wire import WireClient, produce_request, producer_batch
 from support.mount_fixture import Seglogd, fuse_required
 from support.record_batches import raw_v2_batch
@@ -322,3 +324,31 @@ def test_an_idle_connection_is_closed_after_connections_max_idle_ms(daemon: Segl
         silent.close()
         halfway.close()
         active.close()
+
+
+def test_sigterm_while_a_topic_of_thousands_of_partitions_is_made(tmp_path: Path) -> None:
+    """The daemon stops at once while a CreateTopics is making 9,000 logs (minutes of fsyncs): no
+    more are made once it is stopping, and the data dir opens cleanly again."""
+    stopping = start_kafka_daemon(tmp_path, logs={})
+    try:
+        wire = WireClient(stopping.extra["port"], timeout=120)
+
+        def creating() -> None:
+            with contextlib.suppress(OSError, AttributeError):  # the connection closes under it
+                _create(wire, "vast", 9_000)
+
+        worker = threading.Thread(target=creating, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 20
+        while not list(stopping.data_dir.glob("vast-*")):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert stopping.stop(timeout=30) == 0
+        made = len(list(stopping.data_dir.glob("vast-*")))
+        assert 0 < made < 9_000
+        worker.join(5)
+        wire.close()
+        restart(stopping)
+        assert "clean shutdown" in stopping.stderr()
+    finally:
+        stopping.cleanup()
