@@ -26,13 +26,18 @@ def produce(broker: BrokerState, request: Any, version: int) -> Any | None:
     cls = response_class(0, version)
     topic_cls, partition_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
     acks_valid = request.acks in (-1, 0, 1)
-    responses = []
+    # a partition named twice is appended once, its last batch, as Kafka keys a request by partition
+    batches: dict[str, dict[int, bytes | None]] = {}
     for topic in request.topic_data:
-        results = []
         for data in topic.partition_data:
-            values = _append(broker, topic.name, data.index, data.records, acks_valid)
-            results.append(make(partition_cls, index=data.index, record_errors=(), **values))
-        responses.append(make(topic_cls, name=topic.name, partition_responses=tuple(results)))
+            batches.setdefault(topic.name, {})[data.index] = data.records
+    responses = []
+    for name, partitions in batches.items():
+        results = []
+        for index, records in partitions.items():
+            values = _append(broker, name, index, records, acks_valid)
+            results.append(make(partition_cls, index=index, record_errors=(), **values))
+        responses.append(make(topic_cls, name=name, partition_responses=tuple(results)))
     if request.acks == 0:
         return None
     return make(cls, responses=tuple(responses), throttle_time=timedelta(0))

@@ -352,3 +352,17 @@ def test_sigterm_while_a_topic_of_thousands_of_partitions_is_made(tmp_path: Path
         assert "clean shutdown" in stopping.stderr()
     finally:
         stopping.cleanup()
+
+
+def test_a_partition_named_twice_in_one_produce_is_appended_once(daemon: Seglogd, client: WireClient) -> None:
+    """Kafka keys a Produce request by partition: the last batch named for it is appended, once."""
+    assert _create(client, "twice", 1)[0] == ErrorCode.none.value
+    cls = load_request_schema(0, 9)
+    parts = tuple(make(nested(cls, "PartitionProduceData"), index=0, records=producer_batch([value]))
+                  for value in (b"first", b"second"))
+    topics = (make(nested(cls, "TopicProduceData"), name="twice", partition_data=parts),) * 2
+    request = make(cls, transactional_id=None, acks=-1, timeout=timedelta(seconds=5), topic_data=topics)
+    response = client.request(0, 9, request)
+    [topic] = response.responses
+    assert [(p.index, p.error_code.value, p.base_offset) for p in topic.partition_responses] == [(0, 0, 0)]
+    assert (daemon.mount / "twice-0" / "records").read_text().splitlines() == ["second"]
