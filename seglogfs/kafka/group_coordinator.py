@@ -144,8 +144,14 @@ class GroupCoordinator:
                    assignments: dict[str, bytes]) -> bytes:
         """A SyncGroup: the member's assignment once the leader has sent them."""
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)
@@ -169,8 +175,14 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         """A Heartbeat: GroupError when the member must join (again)."""
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         member.last_seen = time.monotonic()
         if group.state == PREPARING:
@@ -194,8 +206,14 @@ class GroupCoordinator:
                 raise GroupError(ErrorCode.unknown_member_id)
             return
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)

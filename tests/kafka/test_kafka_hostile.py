@@ -104,12 +104,13 @@ def _join(client: WireClient, group: str, session_ms: int) -> int:
     return client.request(11, 9, request).error_code.value
 
 
-def _commit(client: WireClient, group: str, topic: str, offset: int, metadata: str = "") -> int:
+def _commit(client: WireClient, group: str, topic: str, offset: int, metadata: str = "", *,
+            member_id: str = "", generation: int = -1) -> int:
     cls = load_request_schema(8, 9)
     part = make(nested(cls, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=offset,
                 committed_leader_epoch=-1, committed_metadata=metadata)
     topics = (make(nested(cls, "OffsetCommitRequestTopic"), name=topic, partitions=(part,)),)
-    request = make(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+    request = make(cls, group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
                    group_instance_id=None, topics=topics)
     [result] = client.request(8, 9, request).topics[0].partitions
     return result.error_code.value
@@ -177,6 +178,9 @@ def test_group_requests_with_bad_ids_timeouts_and_metadata(daemon: Seglogd, clie
     assert _join(client, "sessions", 10_000) == ErrorCode.member_id_required.value
     assert _create(client, "noted", 1)[0] == ErrorCode.none.value
     assert _commit(client, "", "noted", 3) == ErrorCode.invalid_group_id.value
+    # a member id and generation of a group that does not exist
+    assert _commit(client, "nogroup", "noted", 3, member_id="someone", generation=1) == \
+        ErrorCode.group_id_not_found.value
     too_large = ErrorCode.offset_metadata_too_large.value
     assert _commit(client, "noters", "noted", 3, metadata="m" * 4097) == too_large
     assert _committed(client, "noters", "noted") == -1
