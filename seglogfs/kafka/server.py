@@ -179,7 +179,8 @@ class KafkaListener:
         idle = self.config.max_idle_ms / 1000
         while True:
             try:  # a cancelled readexactly consumes nothing: bytes that came stay in the buffer
-                return await asyncio.wait_for(reader.readexactly(4), idle)
+                async with asyncio.timeout(idle):  # in this task: no task per read, as wait_for makes
+                    return await reader.readexactly(4)
             except TimeoutError:
                 if not busy():
                     raise FrameError(f"idle for connections.max.idle.ms={self.config.max_idle_ms}") from None
