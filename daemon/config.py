@@ -60,7 +60,8 @@ _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs",
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
-    "auto.create.topics.enable", "num.partitions",
+    "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "connections.max.idle.ms",
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms",
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -325,6 +326,15 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
             )
         if "num.partitions" in kafka:
             values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
+        if "connections.max.idle.ms" in kafka:
+            key = "connections.max.idle.ms"
+            values["max_idle_ms"] = count_value(kafka[key], key)
+        if "fetch.max.bytes" in kafka:
+            values["fetch_max_bytes"] = size_value(kafka["fetch.max.bytes"], "fetch.max.bytes")
+        for key, field_name in (("group.min.session.timeout.ms", "min_session_timeout_ms"),
+                                ("group.max.session.timeout.ms", "max_session_timeout_ms")):
+            if key in kafka:
+                values[field_name] = count_value(kafka[key], key)
         return ListenerConfig(**values)
     except ConfigError as err:
         key = err.key if err.key.startswith("kafka.") else f"kafka.{err.key}"

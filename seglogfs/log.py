@@ -375,6 +375,8 @@ class Log:
         as sent, compressed or not. An idempotent producer's batch is checked against that producer's
         state: a retried batch is not appended again (its earlier offsets are returned), an older
         epoch raises ProducerFencedError, a sequence gap OutOfOrderSequenceError."""
+        # the size first, as Kafka does: a batch over max.message.bytes is never decompressed
+        self._check_batch_size(len(batch))
         header = check_client_batch(batch, self.name)  # the CRC and record walk, outside the lock
         with self._lock:
             self._check_writable()
@@ -392,6 +394,15 @@ class Log:
                 self._transactions.appended(final)
                 self._recent_batches.appended(final)
             return info
+
+    def _check_batch_size(self, size: int) -> None:
+        """RecordTooLargeError when a batch of ``size`` bytes is over ``max.message.bytes`` (Kafka
+        checks the whole, possibly compressed, batch)."""
+        if size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {size} bytes for log {self.name} exceeds max.message.bytes="
+                f"{self.config.max_message_bytes}"
+            )
 
     def check_append(self, items: Sequence[ProducerRecord] | Sequence[bytes] | KeyedValues) -> None:
         """Raise what :meth:`append_split` of ``items`` would raise for their keys and sizes (EINVAL,
@@ -511,12 +522,7 @@ class Log:
         between its batches, which could fail with the first ones already visible to readers.
         """
         for batch, _ in batches:
-            # Kafka checks the whole (possibly compressed) batch against max.message.bytes.
-            if len(batch) > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {len(batch)} bytes for log {self.name} exceeds max.message.bytes="
-                    f"{self.config.max_message_bytes}"
-                )
+            self._check_batch_size(len(batch))
         infos, placed, first = [], [], self._next_offset
         for batch, count in batches:
             max_ts = batch_max_timestamp(batch)

@@ -45,6 +45,11 @@ def check_client_batch(batch: bytes, where: str) -> BatchHeader:
         raise InvalidRecordError(f"{where}: clients may not write control batches")
     if header.is_transactional:
         raise InvalidRecordError(f"{where}: transactional batches are not supported")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"{where}: invalid sequence number {header.base_sequence} in a batch of producer "
+            f"{header.producer_id}"
+        )
     count = header.records_count
     if count <= 0:
         raise InvalidRecordError(f"{where}: a record batch without records")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from seglogfs.log_manager import LogManager
@@ -33,9 +34,11 @@ class BrokerState:
         )
         self.waiters = waiters
         self.producer_ids = ProducerIds()
-        self.groups = GroupCoordinator()
+        self.groups = GroupCoordinator(has_offsets=lambda group_id: bool(self.offsets.committed(group_id)))
         self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
+        #: held while topics are made (in a worker thread), so that two requests never make one twice
+        self.creating = asyncio.Lock()
 
     def checkpoint(self) -> None:
         """Write the log-start checkpoints now (after DeleteRecords), not at the next maintenance."""

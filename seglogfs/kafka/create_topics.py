@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,16 +18,25 @@ from .messages import make, nested, response_class
 if TYPE_CHECKING:
     from .context import BrokerState
 
-__all__ = ["create_topics"]
+__all__ = ["MAX_RECORDS_PER_REQUEST", "create_topics"]
+
+#: Kafka's controller writes at most this many records (one a topic, one a partition) for one request
+#: and refuses the topics past it with POLICY_VIOLATION; here it bounds the logs (directories) one
+#: request makes and keeps ``<topic>-<partition>`` within a file name's 255 bytes
+MAX_RECORDS_PER_REQUEST = 10_000
 
 
-def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
-    """Create each topic asked for, or say why not (``validate_only``: only check)."""
+async def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
+    """Create each topic asked for, or say why not (``validate_only``: only check). The logs are made
+    in a worker thread (a few fsyncs each), so the other connections go on meanwhile."""
     cls = response_class(19, version)
     result_cls = nested(cls, "CreatableTopicResult")
     results = []
+    budget = [MAX_RECORDS_PER_REQUEST]
+    validate_only = getattr(request, "validate_only", False)
     for topic in request.topics:
-        error, message, partitions = _create(broker, topic, getattr(request, "validate_only", False))
+        async with broker.creating:  # the existence check and the creation as one step
+            error, message, partitions = await _create(broker, topic, validate_only, budget)
         results.append(make(
             result_cls, name=topic.name, topic_id=None, error_code=error, error_message=message,
             topic_config_error_code=0, num_partitions=partitions if error == ErrorCode.none else -1,
@@ -35,7 +45,9 @@ def create_topics(broker: BrokerState, request: Any, version: int) -> Any:
     return make(cls, throttle_time=timedelta(0), topics=tuple(results))
 
 
-def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+async def _create(
+    broker: BrokerState, topic: Any, validate_only: bool, budget: list[int]
+) -> tuple[ErrorCode, str | None, int]:
     name = topic.name
     try:
         validate_topic(name)
@@ -53,6 +65,9 @@ def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[Error
     if topic.replication_factor not in (-1, 1):
         return (ErrorCode.invalid_replication_factor,
                 f"Replication factor: {topic.replication_factor} larger than available brokers: 1.", -1)
+    if partitions + 1 > budget[0]:
+        return ErrorCode.policy_violation, "Excessively large number of partitions per request.", -1
+    budget[0] -= partitions + 1
     try:
         overrides = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
         config = LogConfig.from_mapping(overrides, broker.topics.manager.default_config, broker_names=False)
@@ -61,7 +76,7 @@ def _create(broker: BrokerState, topic: Any, validate_only: bool) -> tuple[Error
     if validate_only:
         return ErrorCode.none, None, partitions
     try:
-        broker.topics.create(name, partitions, config if overrides else None)
+        await asyncio.to_thread(broker.topics.create, name, partitions, config if overrides else None)
     except FileExistsError as exc:
         return ErrorCode.topic_already_exists, str(exc), -1
     except (SeglogError, OSError) as exc:

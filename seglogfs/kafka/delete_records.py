@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from seglogfs.errors import SeglogError
 
-from .error_codes import error_code
+from .error_codes import INTERNAL_TOPICS, error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
@@ -28,10 +28,14 @@ def delete_records(broker: BrokerState, request: Any, version: int) -> Any:
         for part in topic.partitions:
             log_obj = broker.topics.log(topic.name, part.partition_index)
             low, error = -1, ErrorCode.none
-            if log_obj is None:
+            if topic.name in INTERNAL_TOPICS:
+                error = ErrorCode.invalid_topic_exception
+            elif log_obj is None:
                 error = broker.topics.missing(topic.name, part.partition_index)
             elif broker.read_only:
                 error = ErrorCode.topic_authorization_failed
+            elif not log_obj.config.deletes:  # Kafka: a compacted topic keeps its records
+                error = ErrorCode.policy_violation
             else:
                 try:
                     low = log_obj.delete_records_before(part.offset)

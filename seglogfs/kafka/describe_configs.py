@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from seglogfs.config import LogConfig
+from seglogfs.errors import InvalidLogNameError
+from seglogfs.log_files import validate_topic
 
 from .messages import make, nested, response_class
 
@@ -32,6 +34,9 @@ def describe_configs(broker: BrokerState, request: Any, version: int) -> Any:
         error, message = ErrorCode.none, None
         if resource.resource_type != TOPIC:
             error, message = ErrorCode.invalid_request, "only topic configs can be described"
+        elif not _valid_topic(resource.resource_name):
+            error = ErrorCode.invalid_topic_exception
+            message = f"invalid topic name {resource.resource_name!r}"
         else:
             logs = broker.topics.partitions(resource.resource_name)
             if not logs:
@@ -62,3 +67,11 @@ def describe_configs(broker: BrokerState, request: Any, version: int) -> Any:
             resource_name=resource.resource_name, configs=configs,
         ))
     return make(cls, throttle_time=timedelta(0), results=tuple(results))
+
+
+def _valid_topic(name: str) -> bool:
+    try:
+        validate_topic(name)
+    except InvalidLogNameError:
+        return False
+    return True

@@ -17,7 +17,10 @@ from seglogfs.errors import (
     RecordTooLargeError,
 )
 
-__all__ = ["ErrorCode", "error_code"]
+__all__ = ["INTERNAL_TOPICS", "ErrorCode", "error_code"]
+
+#: Kafka's internal topics: written by the broker only, never by a client's Produce or DeleteRecords
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 _BY_TYPE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (CorruptRecordError, ErrorCode.corrupt_message),

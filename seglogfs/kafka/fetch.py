@@ -52,7 +52,8 @@ def _read(broker: BrokerState, request: Any, version: int) -> tuple[Any, int]:
     topic_cls, data_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
     aborted_cls = nested(cls, "AbortedTransaction")
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    budget = request.max_bytes if request.max_bytes > 0 else 0
+    # the broker's fetch.max.bytes bounds what one response holds whatever the client asks (Kafka)
+    budget = min(request.max_bytes, broker.config.fetch_max_bytes) if request.max_bytes > 0 else 0
     found = 0
     topics = []
     for topic in request.topics:

@@ -27,6 +27,7 @@ FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 1
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS = 8, 9, 16, 15
 _ZERO = timedelta(0)
 _CLIENT_HOST = "/127.0.0.1"  # loopback only
+MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes (it counts characters)
 
 
 def find_coordinator(broker: BrokerState, request: Any, version: int) -> Any:
@@ -54,6 +55,11 @@ async def join_group(broker: BrokerState, request: Any, version: int) -> Any:
     if rebalance < 0:
         rebalance = session
     try:
+        if not request.group_id:
+            raise GroupError(ErrorCode.invalid_group_id)
+        config = broker.config
+        if not config.min_session_timeout_ms <= session * 1000 <= config.max_session_timeout_ms:
+            raise GroupError(ErrorCode.invalid_session_timeout)
         result = await broker.groups.join(
             request.group_id, request.member_id, client_id=client_id or "consumer", client_host=_CLIENT_HOST,
             protocol_type=request.protocol_type, protocols=[(p.name, p.metadata) for p in request.protocols],
@@ -119,7 +125,9 @@ def offset_commit(broker: BrokerState, request: Any, version: int) -> Any:
     part_cls = nested(cls, "OffsetCommitResponsePartition")
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
     error = ErrorCode.none
-    if broker.read_only:
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    elif broker.read_only:
         error = ErrorCode.group_authorization_failed
     else:
         try:
@@ -136,6 +144,8 @@ def offset_commit(broker: BrokerState, request: Any, version: int) -> Any:
                 codes[where] = error
             elif broker.topics.log(topic.name, part.partition_index) is None:
                 codes[where] = ErrorCode.unknown_topic_or_partition
+            elif len(part.committed_metadata or "") > MAX_METADATA_CHARS:
+                codes[where] = ErrorCode.offset_metadata_too_large
             else:
                 codes[where] = ErrorCode.none
                 entries[where] = Committed(part.committed_offset, getattr(part, "committed_leader_epoch", -1),

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -70,15 +71,18 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending_ids: set[str] = field(default_factory=set)  # ids handed out by MEMBER_ID_REQUIRED
+    #: ids handed out by MEMBER_ID_REQUIRED, until when they may join (one session timeout, as Kafka)
+    pending_ids: dict[str, float] = field(default_factory=dict)
     deadline: asyncio.TimerHandle | None = None
 
 
 class GroupCoordinator:
     """Every group of this node."""
 
-    def __init__(self) -> None:
+    def __init__(self, has_offsets: Callable[[str], bool] = lambda group_id: False) -> None:
+        """``has_offsets``: whether a group has committed offsets (an Empty group is kept then)."""
         self.groups: dict[str, Group] = {}
+        self._has_offsets = has_offsets
         self._expiry: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -113,11 +117,12 @@ class GroupCoordinator:
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_known_member:
-                group.pending_ids.add(member_id)
+                group.pending_ids[member_id] = time.monotonic() + session_timeout_s
                 raise GroupError(ErrorCode.member_id_required, member_id)
-        elif member_id not in group.members and member_id not in group.pending_ids:
+        elif member_id not in group.members and group.pending_ids.get(member_id, 0) < time.monotonic():
+            group.pending_ids.pop(member_id, None)
             raise GroupError(ErrorCode.unknown_member_id, member_id)
-        group.pending_ids.discard(member_id)
+        group.pending_ids.pop(member_id, None)
         member = group.members.get(member_id)
         if member is None:
             member = group.members[member_id] = Member(
@@ -139,8 +144,14 @@ class GroupCoordinator:
                    assignments: dict[str, bytes]) -> bytes:
         """A SyncGroup: the member's assignment once the leader has sent them."""
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)
@@ -164,8 +175,14 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         """A Heartbeat: GroupError when the member must join (again)."""
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         member.last_seen = time.monotonic()
         if group.state == PREPARING:
@@ -189,8 +206,14 @@ class GroupCoordinator:
                 raise GroupError(ErrorCode.unknown_member_id)
             return
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and not self._has_offsets(group_id):
+            # a member or a generation of a group that does not exist (Kafka's answer); one known by
+            # its offsets only (as after a restart) is one whose members must join again
+            raise GroupError(ErrorCode.group_id_not_found)
+        if group is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)
@@ -266,11 +289,22 @@ class GroupCoordinator:
         else:
             self._complete_join(group)  # the last one left: a new, empty generation
 
+    def _forget_if_dead(self, group: Group) -> None:
+        """Drop an Empty group without members, pending ids or committed offsets (Kafka's Dead): a
+        client naming new group ids must not grow memory for ever."""
+        if group.state == EMPTY and not group.members and not group.pending_ids and group.deadline is None \
+                and not self._has_offsets(group.group_id):
+            self.groups.pop(group.group_id, None)
+
     async def _expire_sessions(self) -> None:
         while True:
             await asyncio.sleep(EXPIRY_CHECK_S)
             now = time.monotonic()
             for group in list(self.groups.values()):
+                for member_id, until in list(group.pending_ids.items()):
+                    if until < now:
+                        del group.pending_ids[member_id]
+                self._forget_if_dead(group)
                 for member in list(group.members.values()):
                     if not member.joining() and now - member.last_seen > member.session_timeout_s:
                         with contextlib.suppress(KeyError):

@@ -11,6 +11,11 @@ __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "Endpoint", "ListenerConfig", "is_loopba
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # Kafka's socket.request.max.bytes (100 MiB)
 DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms: an idle connection is closed
+DEFAULT_FETCH_MAX_BYTES = 57_671_680  # Kafka's fetch.max.bytes (55 MiB): a Fetch response's bound
+#: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms
+DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
 SECURITY_PROTOCOLS = ("PLAINTEXT",)
 
 
@@ -67,6 +72,10 @@ class ListenerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     auto_create_topics: bool = True
     num_partitions: int = 1
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    max_idle_ms: int = DEFAULT_MAX_IDLE_MS
+    min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
+    max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         if self.listener.protocol == "PLAINTEXT" and not is_loopback(self.listener.host):
@@ -83,3 +92,10 @@ class ListenerConfig:
             raise ConfigError("kafka.max.connections", self.max_connections, "expected at least 1")
         if self.num_partitions < 1:
             raise ConfigError("kafka.num.partitions", self.num_partitions, "expected at least 1")
+        if self.max_idle_ms < 1:
+            raise ConfigError("kafka.connections.max.idle.ms", self.max_idle_ms, "expected at least 1")
+        if self.fetch_max_bytes < 1024:
+            raise ConfigError("kafka.fetch.max.bytes", self.fetch_max_bytes, "expected at least 1024")
+        if not 0 <= self.min_session_timeout_ms <= self.max_session_timeout_ms:
+            raise ConfigError("kafka.group.min.session.timeout.ms", self.min_session_timeout_ms,
+                              f"expected 0 to group.max.session.timeout.ms ({self.max_session_timeout_ms})")

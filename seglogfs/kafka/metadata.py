@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,8 +26,9 @@ CLUSTER_ID = "seglogfs-seglogd-000"  # 20 characters, as Kafka's base64 cluster 
 _NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's ZERO_UUID: the topic has no id the client can use
 
 
-def metadata(broker: BrokerState, request: Any, version: int) -> Any:
-    """The brokers (this one) and the topics asked for (all when ``topics`` is null)."""
+async def metadata(broker: BrokerState, request: Any, version: int) -> Any:
+    """The brokers (this one) and the topics asked for (all when ``topics`` is null). Topics are
+    auto-created in a worker thread: a log costs a few fsyncs, and the other connections go on."""
     cls = response_class(3, version)
     node = broker.node_id
     host, port = broker.advertised
@@ -65,7 +67,10 @@ def metadata(broker: BrokerState, request: Any, version: int) -> Any:
             except InvalidLogNameError:
                 topics.append(topic_entry(name, ErrorCode.invalid_topic_exception, {}))
                 continue
-            logs = broker.topics.find_or_create(name) if create else broker.topics.partitions(name)
+            logs = broker.topics.partitions(name)
+            if not logs and create and broker.topics.auto_create:
+                async with broker.creating:
+                    logs = await asyncio.to_thread(broker.topics.find_or_create, name)
             error = ErrorCode.none if logs else ErrorCode.unknown_topic_or_partition
             topics.append(topic_entry(name, error, logs))
     return make(

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from seglogfs.errors import SeglogError
 
-from .error_codes import error_code
+from .error_codes import INTERNAL_TOPICS, error_code
 from .messages import make, nested, response_class
 
 if TYPE_CHECKING:
@@ -26,13 +26,18 @@ def produce(broker: BrokerState, request: Any, version: int) -> Any | None:
     cls = response_class(0, version)
     topic_cls, partition_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
     acks_valid = request.acks in (-1, 0, 1)
-    responses = []
+    # a partition named twice is appended once, its last batch, as Kafka keys a request by partition
+    batches: dict[str, dict[int, bytes | None]] = {}
     for topic in request.topic_data:
-        results = []
         for data in topic.partition_data:
-            values = _append(broker, topic.name, data.index, data.records, acks_valid)
-            results.append(make(partition_cls, index=data.index, record_errors=(), **values))
-        responses.append(make(topic_cls, name=topic.name, partition_responses=tuple(results)))
+            batches.setdefault(topic.name, {})[data.index] = data.records
+    responses = []
+    for name, partitions in batches.items():
+        results = []
+        for index, records in partitions.items():
+            values = _append(broker, name, index, records, acks_valid)
+            results.append(make(partition_cls, index=index, record_errors=(), **values))
+        responses.append(make(topic_cls, name=name, partition_responses=tuple(results)))
     if request.acks == 0:
         return None
     return make(cls, responses=tuple(responses), throttle_time=timedelta(0))
@@ -42,6 +47,9 @@ def _append(broker: BrokerState, topic: str, partition: int, records: bytes | No
     failed = {"base_offset": -1, "log_append_time": None, "log_start_offset": -1}
     if not acks_valid:
         return {**failed, "error_code": ErrorCode.invalid_required_acks}
+    if topic in INTERNAL_TOPICS:
+        return {**failed, "error_code": ErrorCode.invalid_topic_exception,
+                "error_message": f"Cannot append to internal topic {topic}"}
     log_obj = broker.topics.log(topic, partition)
     if log_obj is None:
         return {**failed, "error_code": broker.topics.missing(topic, partition)}

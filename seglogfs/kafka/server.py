@@ -10,6 +10,7 @@ import logging
 import socket
 import struct
 import threading
+from collections.abc import Callable
 
 from seglogfs.log_manager import LogManager
 
@@ -77,6 +78,7 @@ class KafkaListener:
         if self._thread is None:
             return
         self.manager.on_append = None
+        self.broker.topics.stop(timeout=10)  # before the daemon closes the logs under a creation
         future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         try:
             future.result(timeout=10)
@@ -128,11 +130,14 @@ class KafkaListener:
         most about two requests' worth of memory) and the answers to those already waiting go out in
         one write."""
         frames: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=PIPELINE)
-        reading = asyncio.create_task(self._read_frames(reader, frames))
+        busy = False
+        reading = asyncio.create_task(self._read_frames(reader, frames, lambda: busy or not frames.empty()))
         pending: list[bytes] = []
         try:
             while True:
+                busy = False
                 item = await frames.get()
+                busy = True
                 if isinstance(item, BaseException):
                     if pending:
                         writer.writelines(pending)
@@ -149,11 +154,13 @@ class KafkaListener:
         finally:
             reading.cancel()
 
-    async def _read_frames(self, reader: asyncio.StreamReader, frames: asyncio.Queue) -> None:
+    async def _read_frames(
+        self, reader: asyncio.StreamReader, frames: asyncio.Queue, busy: Callable[[], bool]
+    ) -> None:
         limit = self.config.max_request_bytes
         try:
             while True:
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                (size,) = _SIZE.unpack(await self._next_size(reader, busy))
                 if size > limit:
                     raise FrameError(f"request of {size} bytes is over socket.request.max.bytes={limit}")
                 if size < 0:
@@ -165,3 +172,15 @@ class KafkaListener:
             raise
         except BaseException as exc:  # the end of the stream, or a frame error: after what came before
             await frames.put(exc)
+
+    async def _next_size(self, reader: asyncio.StreamReader, busy: Callable[[], bool]) -> bytes:
+        """The next frame's size prefix; FrameError when the connection stays idle (no request being
+        answered, none arriving) for ``connections.max.idle.ms``, as Kafka closes it."""
+        idle = self.config.max_idle_ms / 1000
+        while True:
+            try:  # a cancelled readexactly consumes nothing: bytes that came stay in the buffer
+                async with asyncio.timeout(idle):  # in this task: no task per read, as wait_for makes
+                    return await reader.readexactly(4)
+            except TimeoutError:
+                if not busy():
+                    raise FrameError(f"idle for connections.max.idle.ms={self.config.max_idle_ms}") from None

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import errno
+import threading
 from collections import defaultdict
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +25,8 @@ class Topics:
         self.manager = manager
         self.num_partitions = num_partitions
         self.auto_create = auto_create and not manager.read_only
+        self._stopping = False
+        self._making = threading.Lock()  # held while logs are made (in a worker thread)
 
     def log(self, topic: str, partition: int) -> Log | None:
         """The log of ``topic``'s ``partition``, or None."""
@@ -32,9 +36,11 @@ class Topics:
             pass
         if partition == 0:
             try:
-                return self.manager.get(topic)
+                log_obj = self.manager.get(topic)
             except KeyError:
                 return None
+            # a log "t-1" is partition 1 of "t", never partition 0 of a topic "t-1"
+            return log_obj if log_obj.topic == topic else None
         return None
 
     def missing(self, topic: str, partition: int) -> ErrorCode:
@@ -72,7 +78,19 @@ class Topics:
         for name in names:
             if name in self.manager.logs:
                 raise FileExistsError(f"topic {topic} exists")
-        return {p: self.manager.create_log(name, config) for p, name in enumerate(names)}
+        made = {}
+        with self._making:
+            for p, name in enumerate(names):
+                if self._stopping:  # the daemon is closing the logs: make no more
+                    raise OSError(errno.ESHUTDOWN, f"topic {topic}: the Kafka listener is stopping")
+                made[p] = self.manager.create_log(name, config)
+        return made
+
+    def stop(self, timeout: float) -> None:
+        """Make no more logs, and wait (up to ``timeout`` seconds) for the one being made."""
+        self._stopping = True
+        if self._making.acquire(timeout=timeout):
+            self._making.release()
 
     def find_or_create(self, topic: str) -> dict[int, Log]:
         """``topic``'s partitions, creating it with ``num.partitions`` when allowed."""

@@ -52,7 +52,9 @@ def restart(daemon: Seglogd) -> None:
 @pytest.fixture(scope="module")
 def kafka_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
     """One seglogd with a Kafka listener for a whole test module."""
-    daemon = start_kafka_daemon(tmp_path_factory.mktemp("kafka"), logs={})
+    # consumers in the tests use sessions shorter than Kafka's 6 s minimum, so groups settle fast
+    daemon = start_kafka_daemon(tmp_path_factory.mktemp("kafka"), logs={},
+                                kafka={"group.min.session.timeout.ms": 1000})
     try:
         yield daemon
     finally:
