@@ -48,6 +48,8 @@ from seglogfs.config_units import count_value, size_value
 from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
 from seglogfs.kafka.listener_config import ListenerConfig, parse_listener
+from seglogfs.kafka.listener_security import SECURITY_KEYS, parse_security
+from seglogfs.kafka.tls import server_context
 from seglogfs.log_files import check_new_log_name, parse_log_dir_name
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
@@ -59,7 +61,7 @@ _TOP_KEYS = ("data_dir", "mount_point", "read_only", "fuse", "defaults", "logs",
 _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
-    "auto.create.topics.enable", "num.partitions",
+    "auto.create.topics.enable", "num.partitions", *SECURITY_KEYS,
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -309,7 +311,10 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
             )
         if "num.partitions" in kafka:
             values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
-        return ListenerConfig(**values)
+        config = ListenerConfig(**values, security=parse_security(kafka))
+        if listener.protocol in ("SSL", "SASL_SSL"):
+            server_context(config.security)  # the files are read now, so that a bad one is a config error
+        return config
     except ConfigError as err:
         key = err.key if err.key.startswith("kafka.") else f"kafka.{err.key}"
         raise settings.fail(key, err.value, err.reason) from None

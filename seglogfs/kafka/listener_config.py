@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seglogfs.errors import ConfigError
+
+from .listener_security import ListenerSecurity
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "Endpoint", "ListenerConfig", "is_loopback", "parse_listener"]
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # Kafka's socket.request.max.bytes (100 MiB)
 DEFAULT_MAX_CONNECTIONS = 1000
-SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ def parse_listener(key: str, text: object) -> Endpoint:
     protocol = protocol.upper()
     if protocol not in SECURITY_PROTOCOLS:
         supported = ", ".join(SECURITY_PROTOCOLS)
-        raise ConfigError(key, text, f"security protocol {protocol}: only {supported} is supported")
+        raise ConfigError(key, text, f"security protocol {protocol}: expected one of {supported}")
     host, sep, port_text = rest.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ConfigError(key, text, "expected a port number 0-65535 after the host")
@@ -67,14 +69,17 @@ class ListenerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     auto_create_topics: bool = True
     num_partitions: int = 1
+    security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
     def __post_init__(self) -> None:
-        if self.listener.protocol == "PLAINTEXT" and not is_loopback(self.listener.host):
+        protocol = self.listener.protocol
+        self.security.check(protocol)
+        if not is_loopback(self.listener.host) and not self.security.authenticates(protocol):
             raise ConfigError(
                 "kafka.listeners", str(self.listener),
-                "a PLAINTEXT listener may bind a loopback address only (127.0.0.1, ::1, localhost): "
-                "clients on other machines would read and write without authentication, which the "
-                "listener does not offer yet (SASL/SCRAM-SHA-256 or TLS client certificates)",
+                f"a {protocol} listener may bind a loopback address only (127.0.0.1, ::1, localhost): "
+                "clients on other machines would read and write without authentication; use "
+                "SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-256), or SSL with ssl.client.auth: required",
             )
         if self.max_request_bytes < 1024:
             key = "kafka.socket.request.max.bytes"

@@ -13,10 +13,13 @@ import threading
 
 from seglogfs.log_manager import LogManager
 
+from .api_versions import API_VERSIONS
 from .append_waiters import AppendWaiters
 from .broker import Broker
-from .framing import FrameError
+from .framing import FrameError, peek_api
 from .listener_config import ListenerConfig
+from .sasl_session import PRE_AUTH_MAX_BYTES, SaslSession
+from .tls import server_context
 
 __all__ = ["KafkaListener"]
 
@@ -59,14 +62,15 @@ class KafkaListener:
         self.port = sock.getsockname()[1]
         advertised = self.config.advertised or endpoint
         self.broker.advertised = (advertised.host, advertised.port or self.port)
+        tls = server_context(self.config.security) if endpoint.protocol in ("SSL", "SASL_SSL") else None
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
+            asyncio.start_server(self._serve, sock=sock, limit=1 << 20, ssl=tls)
         )
         self.manager.on_append = self.waiters.appended
         self._thread = threading.Thread(target=self._loop.run_forever, name="seglogd-kafka", daemon=True)
         self._thread.start()
-        log.info("Kafka listener on %s (advertised as %s:%d)", f"{endpoint.host}:{self.port}",
-                 *self.broker.advertised)
+        log.info("Kafka listener on %s (advertised as %s:%d; %s)", f"{endpoint.host}:{self.port}",
+                 *self.broker.advertised, endpoint.protocol)
 
     def config_reloaded(self) -> None:
         """The daemon applied a reloaded config to the logs: give the offsets logs their policy back."""
@@ -111,7 +115,10 @@ class KafkaListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
         try:
-            await self._requests(reader, writer)
+            sasl = None
+            if self.config.listener.protocol.startswith("SASL_"):
+                sasl = SaslSession(self.config.security.users, peer)
+            await self._requests(reader, writer, sasl)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         except FrameError as exc:
@@ -122,13 +129,15 @@ class KafkaListener:
             self._connections.discard(task)
             writer.close()
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _requests(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: SaslSession | None = None
+    ) -> None:
         """Answer the connection's requests in order. Frames a client pipelines are read ahead (at most
         :data:`PIPELINE` of them, one when it is over :data:`READ_AHEAD_BYTES`: a connection holds at
         most about two requests' worth of memory) and the answers to those already waiting go out in
-        one write."""
+        one write. On a SASL listener, ``sasl`` answers until the client is authenticated."""
         frames: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=PIPELINE)
-        reading = asyncio.create_task(self._read_frames(reader, frames))
+        reading = asyncio.create_task(self._read_frames(reader, frames, sasl))
         pending: list[bytes] = []
         try:
             while True:
@@ -138,7 +147,15 @@ class KafkaListener:
                         writer.writelines(pending)
                         await writer.drain()
                     raise item
-                response = await self.broker.handle(item)
+                if sasl is not None and (not sasl.authenticated or peek_api(item)[0] == API_VERSIONS):
+                    response, close = sasl.handle(item)
+                    if close:  # a refused authentication: its answer, then the end
+                        pending.append(response or b"")
+                        writer.writelines(pending)
+                        await writer.drain()
+                        return
+                else:
+                    response = await self.broker.handle(item)
                 frames.task_done()
                 if response is not None:
                     pending.append(response)
@@ -149,11 +166,15 @@ class KafkaListener:
         finally:
             reading.cancel()
 
-    async def _read_frames(self, reader: asyncio.StreamReader, frames: asyncio.Queue) -> None:
-        limit = self.config.max_request_bytes
+    async def _read_frames(
+        self, reader: asyncio.StreamReader, frames: asyncio.Queue, sasl: SaslSession | None = None
+    ) -> None:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
+                limit = self.config.max_request_bytes
+                if sasl is not None and not sasl.authenticated:
+                    limit = min(limit, PRE_AUTH_MAX_BYTES)
                 if size > limit:
                     raise FrameError(f"request of {size} bytes is over socket.request.max.bytes={limit}")
                 if size < 0:
