@@ -116,8 +116,10 @@ class ScramExchange:
 
     _decoy_key = secrets.token_bytes(32)
 
-    def __init__(self, users: dict[str, ScramCredential]) -> None:
+    def __init__(self, users: dict[str, ScramCredential], server_nonce: str | None = None) -> None:
+        """``server_nonce``: the server's part of the nonce (random unless given, for RFC test vectors)."""
         self._users = users
+        self._server_nonce = server_nonce
         self.user: str | None = None
         self._credential: ScramCredential | None = None
         self._known = False
@@ -157,7 +159,7 @@ class ScramExchange:
         self.user, self._credential = user, credential
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        self._nonce = attrs["r"] + (self._server_nonce or secrets.token_urlsafe(24))
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         return self._server_first.encode()

@@ -12,7 +12,7 @@ import yaml
 
 from support.kafka_fixture import KCAT
 
-__all__ = ["confluent_refusal", "confluent_roundtrip", "kcat_run", "scram_user"]
+__all__ = ["confluent_no_metadata", "confluent_refusal", "confluent_roundtrip", "kcat_run", "scram_user"]
 
 
 def scram_user(name: str, password: str) -> dict[str, Any]:
@@ -65,3 +65,15 @@ def confluent_refusal(bootstrap: str, conf: dict[str, Any], timeout: float = 15)
 def kcat_run(*args: str, timeout: float = 30, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     """kcat with ``args`` (not checked: refusals are asserted by the caller)."""
     return subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout, check=False)
+
+
+def confluent_no_metadata(bootstrap: str, conf: dict[str, Any], timeout: float = 2) -> None:
+    """confluent-kafka connecting with ``conf`` gets no metadata within ``timeout`` seconds."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, **conf})
+    try:
+        producer.list_topics(timeout=timeout)
+    except KafkaException:
+        return
+    raise AssertionError("the listener served metadata to a client it should refuse")
