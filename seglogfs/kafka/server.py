@@ -6,6 +6,7 @@ one that cannot be read or a failing request closes that connection only. Connec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import struct
@@ -45,6 +46,7 @@ class KafkaListener:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.port = 0
+        self._users = config.security.users  # replaced whole by reload_users: read once per connection
 
     def start(self) -> None:
         """Bind the listener's address and serve in a thread."""
@@ -75,6 +77,16 @@ class KafkaListener:
     def config_reloaded(self) -> None:
         """The daemon applied a reloaded config to the logs: give the offsets logs their policy back."""
         self._loop.call_soon_threadsafe(self.broker.offsets.apply_configs)
+
+    def reload_users(self, new: ListenerConfig) -> bool:
+        """Apply a reloaded ``kafka:`` whose only change is its SCRAM users (new connections use
+        them; authenticated ones stay, as in Kafka); False when anything else changed."""
+        security = dataclasses.replace(self.config.security, users=new.security.users)
+        if dataclasses.replace(self.config, security=security) != new:
+            return False
+        self._users = new.security.users
+        log.info("Kafka listener: SCRAM users reloaded (%d)", len(self._users))
+        return True
 
     def stop(self) -> None:
         """Close the socket and every connection; wait for the thread."""
@@ -117,7 +129,7 @@ class KafkaListener:
         try:
             sasl = None
             if self.config.listener.protocol.startswith("SASL_"):
-                sasl = SaslSession(self.config.security.users, peer)
+                sasl = SaslSession(self._users, peer)
             await self._requests(reader, writer, sasl)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -26,12 +26,18 @@ PASSWORD = "alice-s3cret, with = and ,"
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
-    daemon = start_kafka_daemon(tmp_path_factory.mktemp("sasl"), logs={}, kafka={
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": ["SCRAM-SHA-256"],
-        "users": {"alice": scram_user("alice", PASSWORD),
-                  "bob=,x": make_credential("bob", iterations=4096).to_yaml_fields()},
-    })
+    daemon = start_kafka_daemon(
+        tmp_path_factory.mktemp("sasl"),
+        logs={},
+        kafka={
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": ["SCRAM-SHA-256"],
+            "users": {
+                "alice": scram_user("alice", PASSWORD),
+                "bob=,x": make_credential("bob", iterations=4096).to_yaml_fields(),
+            },
+        },
+    )
     try:
         yield daemon
     finally:
@@ -39,8 +45,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
 
 
 def _sasl(user: str, password: str) -> dict[str, str]:
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-256",
-            "sasl.username": user, "sasl.password": password}
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
 
 
 def test_confluent_with_the_right_password_produces_and_consumes(daemon: Seglogd) -> None:
@@ -55,15 +65,20 @@ def test_kcat_and_kafka_python_with_the_right_password(daemon: Seglogd) -> None:
     conf = [arg for key, value in _sasl("alice", PASSWORD).items() for arg in ("-X", f"{key}={value}")]
     produced = kcat_run("-b", bootstrap(daemon), *conf, "-P", "-t", "sasl-kcat", stdin=b"one\ntwo\n")
     assert produced.returncode == 0, produced.stderr
-    consumed = kcat_run("-b", bootstrap(daemon), *conf, "-C", "-t", "sasl-kcat", "-o", "beginning", "-e",
-                        "-q")
+    consumed = kcat_run(
+        "-b", bootstrap(daemon), *conf, "-C", "-t", "sasl-kcat", "-o", "beginning", "-e", "-q"
+    )
     assert consumed.stdout == b"one\ntwo\n", consumed.stderr
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    common = {"bootstrap_servers": bootstrap(daemon), "security_protocol": "SASL_PLAINTEXT",
-              "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "alice",
-              "sasl_plain_password": PASSWORD}
+    common = {
+        "bootstrap_servers": bootstrap(daemon),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": PASSWORD,
+    }
     producer = KafkaProducer(acks="all", **common)
     producer.send("sasl-kcat", b"three").get(timeout=30)
     producer.close()
@@ -86,9 +101,22 @@ def test_a_wrong_password_or_unknown_user_is_refused(daemon: Seglogd, user: str,
     assert "SASL authentication of ('127.0.0.1'" in daemon.stderr()
     if (user, password) != ("alice", "wrong"):
         return
-    result = kcat_run("-b", bootstrap(daemon), "-X", "security.protocol=SASL_PLAINTEXT", "-X",
-                      "sasl.mechanisms=SCRAM-SHA-256", "-X", f"sasl.username={user}", "-X",
-                      f"sasl.password={password}", "-L", "-m", "2", timeout=30)
+    result = kcat_run(
+        "-b",
+        bootstrap(daemon),
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=SCRAM-SHA-256",
+        "-X",
+        f"sasl.username={user}",
+        "-X",
+        f"sasl.password={password}",
+        "-L",
+        "-m",
+        "2",
+        timeout=30,
+    )
     assert result.returncode != 0 and b"invalid credentials" in result.stderr, result.stderr
 
 
@@ -99,13 +127,22 @@ def test_before_authentication_only_the_sasl_exchange_is_served(daemon: Seglogd)
 
     client = WireClient(daemon.extra["port"])
     try:  # ApiVersions announces the SASL APIs on this listener
-        versions = client.request(18, 3, make(load_api_versions(), client_software_name="t",
-                                              client_software_version="1"))
+        versions = client.request(
+            18, 3, make(load_api_versions(), client_software_name="t", client_software_version="1")
+        )
         keys = {entry.api_key: (entry.min_version, entry.max_version) for entry in versions.api_keys}
         assert keys[17] == (0, 1) and keys[36] == (0, 2)
         # any other API before authentication closes the connection, as Kafka does
-        assert client.request(3, 12, MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                                     include_topic_authorized_operations=False)) is None
+        assert (
+            client.request(
+                3,
+                12,
+                MetadataRequest(
+                    topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+                ),
+            )
+            is None
+        )
     finally:
         client.close()
     client = WireClient(daemon.extra["port"])
@@ -133,7 +170,30 @@ def test_before_authentication_only_the_sasl_exchange_is_served(daemon: Seglogd)
     assert after == [b"sasl-after 0"]
 
 
+def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def load_api_versions() -> type:
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
     return ApiVersionsRequest
+
+
+def test_users_reloaded_without_a_restart(daemon: Seglogd) -> None:
+    """Adding a user, removing one or changing a password applies to new connections at a reload."""
+    kafka = dict(daemon.settings["kafka"])
+    kafka["users"] = {"erin": make_credential("erin-pw", iterations=4096).to_yaml_fields()}
+    daemon.write_config(kafka=kafka)
+    assert _wait_for(lambda: "SCRAM users reloaded (1)" in daemon.stderr())
+    assert "kafka changed" not in daemon.stderr()
+    assert confluent_roundtrip(bootstrap(daemon), "sasl-erin", 1, _sasl("erin", "erin-pw")) == [
+        b"sasl-erin 0"
+    ]
+    error = confluent_refusal(bootstrap(daemon), _sasl("alice", PASSWORD))
+    assert "invalid credentials" in error, error
