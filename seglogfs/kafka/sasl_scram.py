@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections import Counter
 from dataclasses import dataclass
 
 __all__ = [
@@ -155,7 +156,10 @@ class ScramExchange:
         self._known = credential is not None
         if credential is None:
             decoy = _hmac(self._decoy_key, user.encode())
-            credential = ScramCredential(decoy, DEFAULT_ITERATIONS, decoy, decoy)
+            # the users' most common iteration count, so that the answer looks like theirs
+            counts = Counter(known.iterations for known in self._users.values())
+            iterations = counts.most_common(1)[0][0] if counts else DEFAULT_ITERATIONS
+            credential = ScramCredential(decoy, iterations, decoy, decoy)
         self.user, self._credential = user, credential
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare

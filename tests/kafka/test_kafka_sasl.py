@@ -4,6 +4,9 @@ SASL_AUTHENTICATION_FAILED; before authentication nothing but the SASL exchange 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +18,7 @@ from support.kafka_security import confluent_refusal, confluent_roundtrip, kcat_
 from support.kafka_wire import WireClient
 from support.mount_fixture import Seglogd, fuse_required
 
+from seglogfs.kafka.framing import frame
 from seglogfs.kafka.messages import make
 from seglogfs.kafka.sasl_scram import make_credential
 from seglogfs.kafka.sasl_session import PRE_AUTH_MAX_BYTES
@@ -168,6 +172,55 @@ def test_before_authentication_only_the_sasl_exchange_is_served(daemon: Seglogd)
         client.close()
     after = confluent_roundtrip(bootstrap(daemon), "sasl-after", 1, _sasl("alice", PASSWORD))
     assert after == [b"sasl-after 0"]
+
+
+def _scram_final(first_bare: str, server_first: bytes, password: str) -> tuple[bytes, bytes]:
+    """A SCRAM-SHA-256 client's final message and the server signature it expects (RFC 5802)."""
+    attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth = f"{first_bare},{server_first.decode()},{without_proof}".encode()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    return f"{without_proof},p={proof}".encode(), b"v=" + base64.b64encode(
+        hmac.new(server_key, auth, "sha256").digest()
+    )
+
+
+@pytest.mark.parametrize("password", [PASSWORD, "wrong"])
+def test_a_handshake_v0_client_authenticates_with_bare_scram_frames(daemon: Seglogd, password: str) -> None:
+    """SaslHandshake v0: the SCRAM messages follow as bare size-prefixed frames (no SaslAuthenticate)."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+
+    client = WireClient(daemon.extra["port"])
+    try:
+        assert (
+            client.request(17, 0, SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code
+            == ErrorCode.none
+        )
+        first_bare = "n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+        client.send_raw(frame(b"n,," + first_bare.encode()))
+        server_first = client.recv_frame()
+        assert server_first is not None and server_first.startswith(b"r=fyko+d2lbbFgONRv9qkxdawL")
+        final, server_final = _scram_final(first_bare, server_first, password)
+        client.send_raw(frame(final))
+        if password != PASSWORD:
+            assert client.recv_frame() is None  # refused: closed without an answer, as Kafka does
+            return
+        assert client.recv_frame() == server_final
+        metadata = client.request(
+            3,
+            12,
+            MetadataRequest(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            ),
+        )
+        assert metadata is not None and metadata.brokers
+    finally:
+        client.close()
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
