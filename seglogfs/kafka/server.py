@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import socket
+import ssl
 import struct
 import threading
 
@@ -30,6 +31,7 @@ _SIZE = struct.Struct(">i")
 #: flight by default); with the request size limit this bounds a connection's memory
 PIPELINE = 8
 READ_AHEAD_BYTES = 1 << 20  # past this size a request is read ahead alone
+TLS_HANDSHAKE_TIMEOUT = 60.0  # seconds (asyncio's default)
 
 
 class KafkaListener:
@@ -47,6 +49,7 @@ class KafkaListener:
         self._connections: set[asyncio.Task] = set()
         self.port = 0
         self._users = config.security.users  # replaced whole by reload_users: read once per connection
+        self._tls: ssl.SSLContext | None = None
 
     def start(self) -> None:
         """Bind the listener's address and serve in a thread."""
@@ -64,9 +67,11 @@ class KafkaListener:
         self.port = sock.getsockname()[1]
         advertised = self.config.advertised or endpoint
         self.broker.advertised = (advertised.host, advertised.port or self.port)
-        tls = server_context(self.config.security) if endpoint.protocol in ("SSL", "SASL_SSL") else None
+        if endpoint.protocol in ("SSL", "SASL_SSL"):
+            self._tls = server_context(self.config.security)
+        # TLS starts in _serve, once the connection counts against max.connections
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, sock=sock, limit=1 << 20, ssl=tls)
+            asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
         )
         self.manager.on_append = self.waiters.appended
         self._thread = threading.Thread(target=self._loop.run_forever, name="seglogd-kafka", daemon=True)
@@ -127,6 +132,8 @@ class KafkaListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
         try:
+            if self._tls is not None:
+                await writer.start_tls(self._tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
             sasl = None
             if self.config.listener.protocol.startswith("SASL_"):
                 sasl = SaslSession(self._users, peer)
@@ -135,6 +142,8 @@ class KafkaListener:
             pass
         except FrameError as exc:
             log.warning("Kafka listener: closing the connection from %s: %s", peer, exc)
+        except (ssl.SSLError, TimeoutError) as exc:
+            log.warning("Kafka listener: TLS handshake with %s failed: %s", peer, exc)
         except Exception:
             log.exception("Kafka listener: closing the connection from %s after an error", peer)
         finally:

@@ -4,6 +4,7 @@ SASL_SSL runs SCRAM-SHA-256 inside TLS."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import time
@@ -20,6 +21,8 @@ from seglogfs.kafka.sasl_scram import make_credential
 
 pytestmark = fuse_required
 
+MAX_CONNECTIONS = 6
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> KafkaCerts:
@@ -33,6 +36,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, certs: KafkaCerts) -> Itera
         logs={},
         kafka={
             "listeners": "SSL://127.0.0.1:0",
+            "max.connections": MAX_CONNECTIONS,
             "ssl.certfile": str(certs.server),
             "ssl.keyfile": str(certs.server_key),
             "ssl.cafile": str(certs.ca),
@@ -114,6 +118,31 @@ def test_a_client_without_a_certificate_of_the_ca_is_refused(
     # a client with the CA's certificate is still served
     got = confluent_roundtrip(bootstrap(daemon), "tls-after", 1, _tls(certs, certs.client, certs.client_key))
     assert got == [b"tls-after 0"]
+
+
+def test_connections_in_their_tls_handshake_count_against_max_connections(
+    daemon: Seglogd, certs: KafkaCerts
+) -> None:
+    """A client that connects and never completes the handshake holds one of max.connections, no
+    more: past the limit, connections are closed at once, whatever state the others are in."""
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(MAX_CONNECTIONS + 2):
+            stalled.append(socket.create_connection(("127.0.0.1", daemon.extra["port"]), timeout=2))
+        time.sleep(0.3)
+        closed = 0
+        for sock in stalled:
+            sock.settimeout(0.05)
+            with contextlib.suppress(TimeoutError):
+                closed += sock.recv(1) == b""
+        assert closed >= 2, f"{closed} of {len(stalled)} connections closed"
+        assert "max.connections=6 reached" in daemon.stderr()
+    finally:
+        for sock in stalled:
+            sock.close()
+    time.sleep(0.3)
+    got = confluent_roundtrip(bootstrap(daemon), "tls-limit", 1, _tls(certs, certs.client, certs.client_key))
+    assert got == [b"tls-limit 0"]
 
 
 def test_sasl_ssl_runs_scram_inside_tls(tmp_path: Path, certs: KafkaCerts) -> None:
