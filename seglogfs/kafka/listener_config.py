@@ -74,6 +74,9 @@ class ListenerConfig:
     def __post_init__(self) -> None:
         protocol = self.listener.protocol
         self.security.check(protocol)
+        if self.advertised is not None and self.advertised.protocol != protocol:
+            raise ConfigError("kafka.advertised.listeners", str(self.advertised),
+                              f"its protocol must be the listener's ({protocol}), as Kafka requires")
         if not is_loopback(self.listener.host) and not self.security.authenticates(protocol):
             raise ConfigError(
                 "kafka.listeners", str(self.listener),

@@ -107,6 +107,11 @@ def test_off_loopback_only_authenticating_listeners(tmp_path: Path, certs: Kafka
             "kafka.users.bob",
             "32 bytes",
         ),
+        (
+            {"listeners": "SASL_PLAINTEXT://127.0.0.1:1", **SCRAM, "advertised.listeners": "PLAINTEXT://h:1"},
+            "kafka.advertised.listeners",
+            "must be the listener's (SASL_PLAINTEXT)",
+        ),
         ({"listeners": "PLAINTEXT://127.0.0.1:1", **SCRAM}, "kafka.sasl.enabled.mechanisms", "has no SASL"),
         ({"listeners": "SSL://127.0.0.1:1"}, "kafka.ssl.certfile", "required for a SSL listener"),
         (
