@@ -75,7 +75,7 @@ def _b64(key: str, value: object) -> bytes:
             raise ValueError
         return base64.b64decode(value, validate=True)
     except (ValueError, binascii.Error):
-        raise ConfigError(key, value, "expected base64") from None
+        raise ConfigError(key, "<hidden>", "expected base64") from None
 
 
 def _user(name: object, entry: object) -> tuple[str, ScramCredential]:

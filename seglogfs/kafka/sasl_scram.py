@@ -34,9 +34,10 @@ class ScramError(ValueError):
     """A client message that fails the exchange (malformed, or a proof that does not match)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScramCredential:
-    """One user's stored SCRAM-SHA-256 credential."""
+    """One user's stored SCRAM-SHA-256 credential. Its keys are secrets (with a recorded exchange,
+    StoredKey lets one log in), so its repr leaves them out."""
 
     salt: bytes
     iterations: int
@@ -50,6 +51,9 @@ class ScramCredential:
             raise ValueError(f"stored_key and server_key must be {_KEY_BYTES} bytes (SHA-256)")
         if len(self.salt) < 16:
             raise ValueError("salt must be at least 16 bytes")
+
+    def __repr__(self) -> str:
+        return f"ScramCredential(iterations={self.iterations}, keys hidden)"
 
     def to_yaml_fields(self) -> dict[str, object]:
         """The entry's fields as the daemon config writes them (base64 bytes)."""

@@ -207,6 +207,7 @@ def test_kafka_user_add_prints_a_salted_entry_that_loads(tmp_path: Path) -> None
         base64.b64decode(entry["server_key"]),
     )
     assert credential == make_credential("dave's password", entry["iterations"], credential.salt)
+    assert entry["stored_key"] not in repr(credential) and entry["server_key"] not in repr(credential)
     assert (
         _parse(
             tmp_path,
