@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -61,7 +62,7 @@ class SaslSession:
         bounds = SASL_APIS.get(api_key)
         if self.authenticated or bounds is None or not bounds[0] <= version <= bounds[1]:
             raise FrameError(f"api key {api_key} version {version} before SASL authentication")
-        cls = request_class(api_key, version)
+        cls: Any = request_class(api_key, version)  # a kio request class: __flexible__ and its fields
         header = parse_request_header(buf, cls.__flexible__)
         try:
             request = decode_request(cls, buf, header.body_at)
