@@ -188,8 +188,9 @@ class ScramExchange:
         expected_binding = base64.b64encode(self._gs2_header.encode()).decode()
         if attrs.get("c") != expected_binding:
             raise ScramError("channel binding does not match the gs2 header")
-        # the nonce must end with the one sent (librdkafka before 2.2 repeats the client's part in
-        # front, and Kafka accepts that); all of it is under the proof through AuthMessage
+        # the nonce must end with the one sent: librdkafka 2.0 (Debian's kcat) repeats the client's
+        # part in front. All of it is under the proof (AuthMessage), and the fresh server part ends
+        # it, so a replayed final message still fails.
         if not attrs.get("r", "").endswith(self._nonce):
             raise ScramError("nonce does not match")
         try:
