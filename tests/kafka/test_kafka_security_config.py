@@ -183,6 +183,11 @@ def test_rfc7677_exchange() -> None:
         other.first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
         with pytest.raises(ScramError):
             other.final(message)
+    # a replayed final message fails against a fresh server nonce, even with a prefix added in front
+    fresh = ScramExchange({"user": credential})
+    fresh.first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    with pytest.raises(ScramError, match="nonce"):
+        fresh.final(final)
 
 
 def test_an_unknown_user_gets_a_salt_as_a_known_one_does() -> None:
