@@ -49,6 +49,8 @@ from seglogfs.errors import ConfigError, InvalidLogNameError
 from seglogfs.fs.access import Access, Scope, resolve_group, resolve_user
 from seglogfs.fs.mount_config import MOUNT_CONFIG_NAMES, MountLogConfig
 from seglogfs.kafka.listener_config import ListenerConfig, parse_listener
+from seglogfs.kafka.listener_security import SECURITY_KEYS, parse_security
+from seglogfs.kafka.tls import server_context
 from seglogfs.log_files import check_new_log_name, parse_log_dir_name
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "load_config", "parse_config"]
@@ -61,7 +63,7 @@ _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
     "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "connections.max.idle.ms",
-    "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", *SECURITY_KEYS,
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -335,7 +337,10 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
                                 ("group.max.session.timeout.ms", "max_session_timeout_ms")):
             if key in kafka:
                 values[field_name] = count_value(kafka[key], key)
-        return ListenerConfig(**values)
+        config = ListenerConfig(**values, security=parse_security(kafka))
+        if listener.protocol in ("SSL", "SASL_SSL"):
+            server_context(config.security)  # the files are read now, so that a bad one is a config error
+        return config
     except ConfigError as err:
         key = err.key if err.key.startswith("kafka.") else f"kafka.{err.key}"
         raise settings.fail(key, err.value, err.reason) from None

@@ -372,6 +372,9 @@ class Daemon:
             return False
         for attr in ("data_dir", "mount_point", "read_only", "allow_other", "access", "kafka"):
             if getattr(new, attr, None) != getattr(old, attr, None):
+                kafka = self.kafka
+                if attr == "kafka" and kafka is not None and new.kafka and kafka.reload_users(new.kafka):
+                    continue  # only the SCRAM users changed: applied now
                 log.warning("config reload: %s changed; it takes effect at the next start", attr)
         _warn_cleaner_changes(old, new)
         try:

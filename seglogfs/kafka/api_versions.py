@@ -51,10 +51,12 @@ def supports(api_key: int, version: int) -> bool:
     return bounds is not None and bounds[0] <= version <= bounds[1]
 
 
-def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
+def api_versions_response(
+    version: int, error: ErrorCode = ErrorCode.none, table: dict[int, tuple[int, int]] = SUPPORTED
+) -> Any:
     """The ApiVersions response at ``version`` (0 when the client asked for an unknown version, as
-    Kafka answers so the client can pick one it knows)."""
+    Kafka answers so the client can pick one it knows) announcing ``table``."""
     cls = response_class(API_VERSIONS, version)
     entry = nested(cls, "ApiVersion")
-    keys = tuple(entry(api_key=k, min_version=low, max_version=high) for k, (low, high) in SUPPORTED.items())
+    keys = tuple(entry(api_key=k, min_version=low, max_version=high) for k, (low, high) in table.items())
     return make(cls, error_code=error, api_keys=keys, throttle_time=timedelta(0))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seglogfs.errors import ConfigError
+
+from .listener_security import ListenerSecurity
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "Endpoint", "ListenerConfig", "is_loopback", "parse_listener"]
 
@@ -16,7 +18,7 @@ DEFAULT_FETCH_MAX_BYTES = 57_671_680  # Kafka's fetch.max.bytes (55 MiB): a Fetc
 #: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
-SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def parse_listener(key: str, text: object) -> Endpoint:
     protocol = protocol.upper()
     if protocol not in SECURITY_PROTOCOLS:
         supported = ", ".join(SECURITY_PROTOCOLS)
-        raise ConfigError(key, text, f"security protocol {protocol}: only {supported} is supported")
+        raise ConfigError(key, text, f"security protocol {protocol}: expected one of {supported}")
     host, sep, port_text = rest.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ConfigError(key, text, "expected a port number 0-65535 after the host")
@@ -76,14 +78,20 @@ class ListenerConfig:
     max_idle_ms: int = DEFAULT_MAX_IDLE_MS
     min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
+    security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
     def __post_init__(self) -> None:
-        if self.listener.protocol == "PLAINTEXT" and not is_loopback(self.listener.host):
+        protocol = self.listener.protocol
+        self.security.check(protocol)
+        if self.advertised is not None and self.advertised.protocol != protocol:
+            raise ConfigError("kafka.advertised.listeners", str(self.advertised),
+                              f"its protocol must be the listener's ({protocol}), as Kafka requires")
+        if not is_loopback(self.listener.host) and not self.security.authenticates(protocol):
             raise ConfigError(
                 "kafka.listeners", str(self.listener),
-                "a PLAINTEXT listener may bind a loopback address only (127.0.0.1, ::1, localhost): "
-                "clients on other machines would read and write without authentication, which the "
-                "listener does not offer yet (SASL/SCRAM-SHA-256 or TLS client certificates)",
+                f"a {protocol} listener may bind a loopback address only (127.0.0.1, ::1, localhost): "
+                "clients on other machines would read and write without authentication; use "
+                "SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-256), or SSL with ssl.client.auth: required",
             )
         if self.max_request_bytes < 1024:
             key = "kafka.socket.request.max.bytes"

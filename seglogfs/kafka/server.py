@@ -6,18 +6,23 @@ one that cannot be read or a failing request closes that connection only. Connec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable
 
 from seglogfs.log_manager import LogManager
 
+from .api_versions import API_VERSIONS
 from .append_waiters import AppendWaiters
 from .broker import Broker
-from .framing import FrameError
+from .framing import FrameError, peek_api
 from .listener_config import ListenerConfig
+from .sasl_session import PRE_AUTH_MAX_BYTES, SaslSession
+from .tls import server_context
 
 __all__ = ["KafkaListener"]
 
@@ -27,6 +32,7 @@ _SIZE = struct.Struct(">i")
 #: flight by default); with the request size limit this bounds a connection's memory
 PIPELINE = 8
 READ_AHEAD_BYTES = 1 << 20  # past this size a request is read ahead alone
+TLS_HANDSHAKE_TIMEOUT = 60.0  # seconds (asyncio's default)
 
 
 class KafkaListener:
@@ -43,6 +49,8 @@ class KafkaListener:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.port = 0
+        self._users = config.security.users  # replaced whole by reload_users: read once per connection
+        self._tls: ssl.SSLContext | None = None
 
     def start(self) -> None:
         """Bind the listener's address and serve in a thread."""
@@ -60,18 +68,31 @@ class KafkaListener:
         self.port = sock.getsockname()[1]
         advertised = self.config.advertised or endpoint
         self.broker.advertised = (advertised.host, advertised.port or self.port)
+        if endpoint.protocol in ("SSL", "SASL_SSL"):
+            self._tls = server_context(self.config.security)
+        # TLS starts in _serve, once the connection counts against max.connections
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
         )
         self.manager.on_append = self.waiters.appended
         self._thread = threading.Thread(target=self._loop.run_forever, name="seglogd-kafka", daemon=True)
         self._thread.start()
-        log.info("Kafka listener on %s (advertised as %s:%d)", f"{endpoint.host}:{self.port}",
-                 *self.broker.advertised)
+        log.info("Kafka listener on %s (advertised as %s:%d; %s)", f"{endpoint.host}:{self.port}",
+                 *self.broker.advertised, endpoint.protocol)
 
     def config_reloaded(self) -> None:
         """The daemon applied a reloaded config to the logs: give the offsets logs their policy back."""
         self._loop.call_soon_threadsafe(self.broker.offsets.apply_configs)
+
+    def reload_users(self, new: ListenerConfig) -> bool:
+        """Apply a reloaded ``kafka:`` whose only change is its SCRAM users (new connections use
+        them; authenticated ones stay, as in Kafka); False when anything else changed."""
+        security = dataclasses.replace(self.config.security, users=new.security.users)
+        if dataclasses.replace(self.config, security=security) != new:
+            return False
+        self._users = new.security.users
+        log.info("Kafka listener: SCRAM users reloaded (%d)", len(self._users))
+        return True
 
     def stop(self) -> None:
         """Close the socket and every connection; wait for the thread."""
@@ -113,25 +134,35 @@ class KafkaListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
         try:
-            await self._requests(reader, writer)
+            if self._tls is not None:
+                await writer.start_tls(self._tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+            sasl = None
+            if self.config.listener.protocol.startswith("SASL_"):
+                sasl = SaslSession(self._users, peer)
+            await self._requests(reader, writer, sasl)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         except FrameError as exc:
             log.warning("Kafka listener: closing the connection from %s: %s", peer, exc)
+        except (ssl.SSLError, TimeoutError) as exc:
+            log.warning("Kafka listener: TLS handshake with %s failed: %s", peer, exc)
         except Exception:
             log.exception("Kafka listener: closing the connection from %s after an error", peer)
         finally:
             self._connections.discard(task)
             writer.close()
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _requests(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: SaslSession | None = None
+    ) -> None:
         """Answer the connection's requests in order. Frames a client pipelines are read ahead (at most
         :data:`PIPELINE` of them, one when it is over :data:`READ_AHEAD_BYTES`: a connection holds at
         most about two requests' worth of memory) and the answers to those already waiting go out in
-        one write."""
+        one write. On a SASL listener, ``sasl`` answers until the client is authenticated."""
         frames: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=PIPELINE)
         busy = False
-        reading = asyncio.create_task(self._read_frames(reader, frames, lambda: busy or not frames.empty()))
+        reading = asyncio.create_task(
+            self._read_frames(reader, frames, lambda: busy or not frames.empty(), sasl))
         pending: list[bytes] = []
         try:
             while True:
@@ -143,7 +174,15 @@ class KafkaListener:
                         writer.writelines(pending)
                         await writer.drain()
                     raise item
-                response = await self.broker.handle(item)
+                if sasl is not None and (not sasl.authenticated or peek_api(item)[0] == API_VERSIONS):
+                    response, close = sasl.handle(item)
+                    if close:  # a refused authentication: its answer, then the end
+                        pending.append(response or b"")
+                        writer.writelines(pending)
+                        await writer.drain()
+                        return
+                else:
+                    response = await self.broker.handle(item)
                 frames.task_done()
                 if response is not None:
                     pending.append(response)
@@ -155,12 +194,15 @@ class KafkaListener:
             reading.cancel()
 
     async def _read_frames(
-        self, reader: asyncio.StreamReader, frames: asyncio.Queue, busy: Callable[[], bool]
+        self, reader: asyncio.StreamReader, frames: asyncio.Queue, busy: Callable[[], bool],
+        sasl: SaslSession | None = None,
     ) -> None:
-        limit = self.config.max_request_bytes
         try:
             while True:
                 (size,) = _SIZE.unpack(await self._next_size(reader, busy))
+                limit = self.config.max_request_bytes
+                if sasl is not None and not sasl.authenticated:
+                    limit = min(limit, PRE_AUTH_MAX_BYTES)
                 if size > limit:
                     raise FrameError(f"request of {size} bytes is over socket.request.max.bytes={limit}")
                 if size < 0:

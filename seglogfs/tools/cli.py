@@ -1,4 +1,5 @@
-"""The ``seglogfs`` command: ``dump`` (kafka-dump-log.sh's output), ``verify`` and ``spark`` jobs."""
+"""The ``seglogfs`` command: ``dump`` (kafka-dump-log.sh's output), ``verify``, ``kafka-user`` and
+``spark`` jobs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seglogfs", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{dump,verify,spark}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{dump,verify,kafka-user,spark}")
 
     dump = sub.add_parser(
         "dump",
@@ -56,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("paths", nargs="+", metavar="PATH")
     verify.add_argument("--strict", action="store_true", help="exit 1 on notes too")
 
+    user = sub.add_parser(
+        "kafka-user",
+        help="make a SCRAM-SHA-256 user entry for the Kafka listener",
+        description="Print a salted SCRAM-SHA-256 entry for kafka.users in the seglogd config, from a "
+        "password read from the terminal (twice) or from the first line of stdin.",
+    )
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    user_add = user_sub.add_parser("add", help="print NAME's entry")
+    user_add.add_argument("name", metavar="NAME")
+    user_add.add_argument("--iterations", type=int, default=8192, help="PBKDF2 iterations (>= 4096)")
+
     sub.add_parser("spark", help="Spark pipeline jobs (seglogfs spark --help)", add_help=False)
     return parser
 
@@ -90,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             files = [f for f in args.files.split(",") if f]
             return _flushed(dump_files(files, options, sys.stdout, sys.stderr))
+        if args.command == "kafka-user":
+            from seglogfs.tools.kafka_user import add_user
+
+            return _flushed(add_user(args.name, args.iterations))
         from seglogfs.tools.verify import main as verify_main
 
         return _flushed(verify_main(args.paths, sys.stdout, sys.stderr, strict=args.strict))

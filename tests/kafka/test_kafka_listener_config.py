@@ -46,7 +46,7 @@ def test_kafka_names_and_defaults(tmp_path: Path) -> None:
     [
         ("  listeners: PLAINTEXT://0.0.0.0:9092\n", "kafka.listeners", "authentication"),
         ("  listeners: PLAINTEXT://192.168.1.5:9092\n", "kafka.listeners", "loopback"),
-        ("  listeners: SASL_SSL://127.0.0.1:9092\n", "kafka.listeners", "only PLAINTEXT"),
+        ("  listeners: SASL_GSSAPI://127.0.0.1:9092\n", "kafka.listeners", "expected one of PLAINTEXT"),
         ("  listeners: 127.0.0.1:9092\n", "kafka.listeners", "PROTOCOL://host:port"),
         ("  listeners: PLAINTEXT://127.0.0.1:9092\n  log.dirs: /x\n", "kafka.log.dirs", "unknown setting"),
         ("  advertised.listeners: PLAINTEXT://127.0.0.1:9092\n", "kafka.listeners", "required"),
