@@ -143,16 +143,7 @@ class GroupCoordinator:
     async def sync(self, group_id: str, member_id: str, generation: int,
                    assignments: dict[str, bytes]) -> bytes:
         """A SyncGroup: the member's assignment once the leader has sent them."""
-        group = self.groups.get(group_id)
-        if group is None and not self._has_offsets(group_id):
-            # a member or a generation of a group that does not exist (Kafka's answer); one known by
-            # its offsets only (as after a restart) is one whose members must join again
-            raise GroupError(ErrorCode.group_id_not_found)
-        if group is None:
-            raise GroupError(ErrorCode.unknown_member_id)
-        member = group.members.get(member_id)
-        if member is None:
-            raise GroupError(ErrorCode.unknown_member_id)
+        group, member = self._member(group_id, member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)
         if group.state == PREPARING:
@@ -172,8 +163,8 @@ class GroupCoordinator:
         member.sync_waiter = asyncio.get_running_loop().create_future()
         return await member.sync_waiter
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        """A Heartbeat: GroupError when the member must join (again)."""
+    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
+        """The group and the member a request names; GroupError with Kafka's code when either is unknown."""
         group = self.groups.get(group_id)
         if group is None and not self._has_offsets(group_id):
             # a member or a generation of a group that does not exist (Kafka's answer); one known by
@@ -184,6 +175,11 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             raise GroupError(ErrorCode.unknown_member_id)
+        return group, member
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+        """A Heartbeat: GroupError when the member must join (again)."""
+        group, member = self._member(group_id, member_id)
         member.last_seen = time.monotonic()
         if group.state == PREPARING:
             raise GroupError(ErrorCode.rebalance_in_progress)
@@ -205,16 +201,7 @@ class GroupCoordinator:
             if group is not None and group.members:
                 raise GroupError(ErrorCode.unknown_member_id)
             return
-        group = self.groups.get(group_id)
-        if group is None and not self._has_offsets(group_id):
-            # a member or a generation of a group that does not exist (Kafka's answer); one known by
-            # its offsets only (as after a restart) is one whose members must join again
-            raise GroupError(ErrorCode.group_id_not_found)
-        if group is None:
-            raise GroupError(ErrorCode.unknown_member_id)
-        member = group.members.get(member_id)
-        if member is None:
-            raise GroupError(ErrorCode.unknown_member_id)
+        group, member = self._member(group_id, member_id)
         if generation != group.generation:
             raise GroupError(ErrorCode.illegal_generation)
         if group.state in (PREPARING, COMPLETING):
