@@ -16,7 +16,6 @@ Usage: ``python bench/kafka.py [--records 1000000]`` (needs FUSE, kcat; run as a
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 import statistics
 import struct
@@ -28,20 +27,10 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seglogd_process import start_seglogd, stop_seglogd, write_config
+from seglogd_process import port_of, start_seglogd, stop_seglogd, write_config
 
 VALUE = b"x" * 100
 RECORD_ON_WIRE = 108  # a 100-byte value without key or headers in a v2 batch: 8 bytes of framing
-
-
-def port_of(stderr: Path, timeout: float = 10) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.findall(r"Kafka listener on 127\.0\.0\.1:(\d+)", stderr.read_text())
-        if found:
-            return int(found[-1])
-        time.sleep(0.05)
-    raise SystemExit(f"no Kafka listener:\n{stderr.read_text()}")
 
 
 GROUP_READER = """

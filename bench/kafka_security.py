@@ -11,7 +11,6 @@ Usage: ``python bench/kafka_security.py [--records 300000] [--iterations 8192]``
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -22,23 +21,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-from seglogd_process import start_seglogd, stop_seglogd, write_config  # noqa: E402
+from seglogd_process import port_of, start_seglogd, stop_seglogd, write_config  # noqa: E402
 from support.kafka_certs import make_certs  # noqa: E402
 
 from seglogfs.kafka.sasl_scram import make_credential  # noqa: E402
 
 PASSWORD = "bench-password"
 VALUE = b"x" * 100
-
-
-def port_of(stderr: Path, timeout: float = 10) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.findall(r"Kafka listener on 127\.0\.0\.1:(\d+)", stderr.read_text())
-        if found:
-            return int(found[-1])
-        time.sleep(0.05)
-    raise SystemExit(f"no Kafka listener:\n{stderr.read_text()}")
 
 
 def produce(server: str, topic: str, n: int, conf: dict[str, Any]) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,3 +63,14 @@ def stop_seglogd(proc: subprocess.Popen, mount: Path) -> None:
             proc.kill()
     if mounted(mount):
         subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
+
+
+def port_of(stderr: Path, timeout: float = 10) -> int:
+    """The port of the Kafka listener a seglogd started with ``stderr`` announced."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.findall(r"Kafka listener on 127\.0\.0\.1:(\d+)", stderr.read_text())
+        if found:
+            return int(found[-1])
+        time.sleep(0.05)
+    raise SystemExit(f"no Kafka listener:\n{stderr.read_text()}")

@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from kio.schema.errors import ErrorCode
 from support.kafka_fixture import bootstrap, records_jsonl, start_kafka_daemon
-from support.kafka_security import confluent_refusal, confluent_roundtrip, kcat_run, scram_user
+from support.kafka_security import (
+    confluent_refusal,
+    confluent_roundtrip,
+    kafka_python_values,
+    kcat_run,
+    scram_user,
+)
 from support.kafka_wire import WireClient
 from support.mount_fixture import Seglogd, fuse_required
 
@@ -89,13 +95,7 @@ def test_kcat_and_kafka_python_with_the_right_password(daemon: Seglogd) -> None:
     consumer = KafkaConsumer(**common)
     consumer.assign([TopicPartition("sasl-kcat", 0)])
     consumer.seek(TopicPartition("sasl-kcat", 0), 0)
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(values) < 3 and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            values.extend(message.value for message in batch)
-    consumer.close()
-    assert values == [b"one", b"two", b"three"]
+    assert kafka_python_values(consumer, 3) == [b"one", b"two", b"three"]
 
 
 @pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("mallory", PASSWORD), ("alice", "")])

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from support.kafka_certs import KafkaCerts, make_certs
 from support.kafka_fixture import bootstrap, records_jsonl, start_kafka_daemon
-from support.kafka_security import confluent_no_metadata, confluent_refusal, confluent_roundtrip, kcat_run
+from support.kafka_security import (
+    confluent_no_metadata,
+    confluent_refusal,
+    confluent_roundtrip,
+    kafka_python_values,
+    kcat_run,
+)
 from support.mount_fixture import Seglogd, fuse_required
 
 from seglogfs.kafka.sasl_scram import make_credential
@@ -88,13 +94,7 @@ def test_a_client_certificate_from_the_ca_produces_and_consumes(daemon: Seglogd,
     partition = TopicPartition("tls-kcat", 0)
     consumer.assign([partition])
     consumer.seek(partition, 0)
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(values) < 3 and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            values.extend(message.value for message in batch)
-    consumer.close()
-    assert values == [b"one", b"two", b"three"]
+    assert kafka_python_values(consumer, 3) == [b"one", b"two", b"three"]
 
 
 @pytest.mark.parametrize("who", ["no certificate", "another CA's certificate"])

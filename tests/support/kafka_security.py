@@ -77,3 +77,14 @@ def confluent_no_metadata(bootstrap: str, conf: dict[str, Any], timeout: float =
     except KafkaException:
         return
     raise AssertionError("the listener served metadata to a client it should refuse")
+
+
+def kafka_python_values(consumer: Any, count: int, timeout: float = 30) -> list[bytes]:
+    """The values a kafka-python consumer (assigned and positioned) reads, up to ``count``; closes it."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < count and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            values.extend(message.value for message in batch)
+    consumer.close()
+    return values
