@@ -187,9 +187,10 @@ class _Reader:
         self.pos += size
         return self.data[self.pos - size : self.pos]
 
-    def int(self, type_: str, name: str) -> int:
+    def fixed(self, type_: str, name: str) -> int:
         codec = _INT[type_]
-        return codec.unpack(self.take(codec.size, name))[0]
+        value: int = codec.unpack(self.take(codec.size, name))[0]
+        return value
 
     def uvarint(self, name: str) -> int:
         result = shift = 0
@@ -204,7 +205,7 @@ class _Reader:
 
     def length(self, f: _Field, flexible: bool, size_type: str) -> int | None:
         """A length or element count; None for null (refused unless the field is nullable)."""
-        n = self.uvarint(f.name) - 1 if flexible else self.int(size_type, f.name)
+        n = self.uvarint(f.name) - 1 if flexible else self.fixed(size_type, f.name)
         if n < 0:
             if not f.nullable:
                 raise self.fail(f"{f.name} is null but the field is not nullable")
@@ -215,7 +216,7 @@ class _Reader:
 def _read_value(r: _Reader, f: _Field, type_: str, flexible: bool) -> Any:
     """A primitive, or an array of primitives."""
     if type_ in _INT:
-        return r.int(type_, f.name)
+        return r.fixed(type_, f.name)
     if type_.startswith("[]"):
         count = r.length(f, flexible, "int32")
         if count is None:
@@ -266,7 +267,8 @@ def _decode(data: bytes, fields: Sequence[_Field], version: int, flexible: bool,
 def _version(data: bytes, part: str) -> int:
     if len(data) < 2:
         raise OffsetsDecodeError(f"Could not read version from {part}'s buffer.")
-    return _INT["int16"].unpack_from(data)[0]
+    version: int = _INT["int16"].unpack_from(data)[0]
+    return version
 
 
 def _uvarint(n: int) -> bytes:
@@ -379,6 +381,7 @@ def encode_value(value: Value, version: int | None = None) -> bytes:
 def key_fields(data: bytes) -> tuple[int, dict[str, Any]]:
     """(key version, its fields by Kafka's names); UnknownRecordTypeError for other types."""
     version = _version(data, "key")
+    fields: Sequence[_Field]
     if version in (0, 1):
         fields = _OFFSET_COMMIT_KEY
     elif version == GROUP_METADATA_KEY_VERSION:
@@ -483,7 +486,7 @@ def decode_consumer_protocol(data: bytes, part: str) -> dict[str, Any] | None:
     None when it is not one Kafka's consumer protocol knows. Like Kafka, bytes after it are not checked."""
     r = _Reader(data, "consumer protocol")
     try:
-        version = r.int("int16", "version")
+        version = r.fixed("int16", "version")
         if not 0 <= version <= _MAX_CONSUMER_PROTOCOL_VERSION:
             return None
         return _read_struct(r, _SUBSCRIPTION if part == "subscription" else _ASSIGNMENT, version, False)

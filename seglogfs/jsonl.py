@@ -25,7 +25,7 @@ import base64
 import binascii
 import json
 from json.encoder import encode_basestring  # ensure_ascii=False, in C
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -247,7 +247,7 @@ def columns_to_jsonl(cols: RecordColumns) -> bytes:
         return b""
     keys, values = cols.keys_and_values()
     offsets = cols.offsets.tolist()
-    if _all_plain(cols) and _is_plain(b"".join(values)):  # checked at once: the common case
+    if _all_plain(cols) and _is_plain(b"".join(cast("list[bytes]", values))):  # at once: the common case
         fmt = _line_format(cols, b'"value":"%s"', b'"key":null', b"[]").replace(b"%s", b"%d", 1)
         return b"".join([fmt % line for line in zip(offsets, cols.timestamps.tolist(), values, strict=True)])
     fmt = _line_format(cols, b"%s", b"%s", b"%s")

@@ -81,7 +81,7 @@ class StreamFormat:
         """The stream bytes of the batch in ``buf`` (its records from ``first_offset`` on)."""
         if self.render_batch is not None:
             data = self.render_batch(buf, header, path=path, first_offset=first_offset)
-            if data is not None:
+            if isinstance(data, bytes):  # None: not a batch the fast path renders
                 return data
         return self.render_columns(self.columns(buf, header, path, first_offset))
 
@@ -92,7 +92,7 @@ class StreamFormat:
         """``len(self.render(...))``."""
         if self.count_batch is not None:
             nbytes = self.count_batch(buf, header, path=path, first_offset=first_offset)
-            if nbytes is not None:
+            if isinstance(nbytes, int):
                 return nbytes
         return self.count_columns(self.columns(buf, header, path, first_offset))
 

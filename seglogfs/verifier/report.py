@@ -79,9 +79,9 @@ class VerifyProgress(Protocol):
 class BatchTable:
     """Positions, last offsets and max timestamps of a segment's batches (compact int64 arrays)."""
 
-    positions: array = field(default_factory=lambda: array("q"))
-    last_offsets: array = field(default_factory=lambda: array("q"))
-    max_timestamps: array = field(default_factory=lambda: array("q"))
+    positions: array[int] = field(default_factory=lambda: array("q"))
+    last_offsets: array[int] = field(default_factory=lambda: array("q"))
+    max_timestamps: array[int] = field(default_factory=lambda: array("q"))
 
     def add(self, header: BatchHeader) -> None:
         self.positions.append(header.position)
@@ -92,5 +92,5 @@ class BatchTable:
         return _int64s(self.positions), _int64s(self.last_offsets), _int64s(self.max_timestamps)
 
 
-def _int64s(values: array) -> np.ndarray:
+def _int64s(values: array[int]) -> np.ndarray:
     return np.frombuffer(values, dtype=np.int64) if values else np.zeros(0, np.int64)

@@ -21,6 +21,7 @@ from seglogfs.log_files import (
     sibling_path,
 )
 from seglogfs.records import BatchHeader, decode_batch_columns, iter_batch_headers, validate_batch
+from seglogfs.records.types import ByteSource
 from seglogfs.regular_files import non_regular_kind, open_readonly
 
 from .indexes import check_offset_index, check_time_index
@@ -102,7 +103,7 @@ def _bare(exc: CorruptRecordError) -> str:
 
 
 def _check_batch(
-    buf: bytes, header: BatchHeader, log_path: Path, next_offset: int, report: VerifyReport, decode: bool
+    buf: ByteSource, header: BatchHeader, log_path: Path, next_offset: int, report: VerifyReport, decode: bool
 ) -> bool:
     """One batch: its CRC (then its record count, or its records with ``decode``) and its offsets;
     whether the CRC matched."""

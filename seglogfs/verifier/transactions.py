@@ -31,6 +31,7 @@ from seglogfs.producer_state import (
     read_snapshot,
 )
 from seglogfs.records import BatchHeader
+from seglogfs.records.types import ByteSource
 from seglogfs.regular_files import non_regular_kind
 from seglogfs.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TransactionIndex
 
@@ -78,7 +79,7 @@ class TransactionCheck:
 
     # ------------------------------------------------------------------ per batch
 
-    def batch(self, buf: bytes | memoryview, header: BatchHeader, log_path: Path) -> None:
+    def batch(self, buf: ByteSource, header: BatchHeader, log_path: Path) -> None:
         """Apply one CRC-valid batch (``buf``: the whole ``.log``) after comparing the snapshots taken
         before it."""
         if header.base_offset > self._next_offset:
@@ -92,7 +93,7 @@ class TransactionCheck:
         marker = None
         if is_control:
             try:
-                marker = end_txn_marker(header, buf[header.position : header.position + header.size])
+                marker = end_txn_marker(header, bytes(buf[header.position : header.position + header.size]))
             except CorruptRecordError as exc:
                 self._problem(log_path, header.position, f"corrupt control record: {exc}")
                 self._lose_exactness()  # a transaction it may have ended stays open in the replay
