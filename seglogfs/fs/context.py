@@ -13,7 +13,7 @@ from seglogfs.fs.access import Access
 from seglogfs.fs.errors import fail
 from seglogfs.fs.mount_config import MountConfigs
 from seglogfs.fs.paths import Node
-from seglogfs.fs.views import StreamViews
+from seglogfs.fs.stream_views import StreamViews
 from seglogfs.log import Log
 from seglogfs.log_manager import LogManager
 from seglogfs.records import Record

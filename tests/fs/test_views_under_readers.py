@@ -16,7 +16,7 @@ from support.cleaner_helpers import compact_config, open_manager
 from support.engine_helpers import ManualClock
 from support.mount_fixture import Seglogd, fuse_required, read_stdout_until, seglogd  # noqa: F401
 
-from seglogfs.fs.views import StreamViews
+from seglogfs.fs.stream_views import StreamViews
 from seglogfs.records import ProducerRecord
 from seglogfs.stream_format import JSON_LINES, VALUES, StreamFormat
 from seglogfs.views import value_stream
