@@ -659,9 +659,12 @@ class Log:
         return self._start_offset
 
     def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
-        self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)
+        # The start offset first: readers take it without the lock, and the removal renames files
+        # (slow on a busy disk); a start offset still below the list's first segment would name
+        # records (by-offset, info) that are no longer there.
         self._start_offset = max(self._start_offset, kept[0].base_offset)
         self._batch_cache.clear()
+        self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)
         try:
             self._transactions.forget_snapshots_below(kept[0].base_offset)
         except OSError as exc:  # a snapshot left behind is harmless: the next load drops it

@@ -117,3 +117,26 @@ def test_segments_retention_deletes_leave_no_saved_view_totals(tmp_path):
         assert lg.delete_old_segments() > 10
         live = {f".{s.base_offset:020d}.totals" for s in lg.segments}
         assert {p.name for p in lg.dir.glob(".*.totals")} <= live
+
+
+def test_readers_never_see_a_start_offset_below_the_first_segment_while_retention_renames(
+    tmp_path, monkeypatch
+):
+    # readers take the start offset and the segment list without the log's lock: while retention
+    # renames the deleted files, by-offset and info must not name records no longer in the list
+    from seglogfs.segment import LogSegment
+
+    with open_log(tmp_path / "t", config(segment_bytes=400, file_delete_delay_ms=0)) as lg:
+        for n in range(40):
+            lg.append([ProducerRecord(value=b"v%05d" % n + b"x" * 100)])
+        seen: list[tuple[int, int]] = []
+        rename = LogSegment.rename_suffix
+
+        def watched(segment: LogSegment, suffix: str) -> list:
+            seen.append((lg.start_offset, lg.segments[0].base_offset))
+            return rename(segment, suffix)
+
+        monkeypatch.setattr(LogSegment, "rename_suffix", watched)
+        lg.update_config(config(segment_bytes=400, file_delete_delay_ms=0, retention_bytes=800))
+        assert lg.delete_old_segments() > 3
+        assert seen and all(start >= first for start, first in seen), seen
