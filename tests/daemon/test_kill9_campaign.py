@@ -27,8 +27,8 @@ from support.mount_fixture import fuse_required, seglogd  # noqa: F401  (fixture
 from seglogfs.log_manager import LogManager
 
 SEED = int(os.environ.get("SEGLOG_CAMPAIGN_SEED", "20261123"))
-BUDGET_S = 35.0  # rounds run until this much time is spent (about 45 s with start-up and the checks)
-MAX_ROUNDS = 24
+BUDGET_S = 25.0  # rounds run until this much time is spent (about 35 s with start-up and the checks)
+MAX_ROUNDS = 18
 WRITERS = 2
 LOG = "k9-0"
 

@@ -145,7 +145,7 @@ def test_stream_reader_never_jumps_silently_over_records_it_never_saw(tmp_path: 
 #   after a clean stop.
 
 CAMPAIGN_SEED = int(os.environ.get("SEGLOG_CAMPAIGN_SEED", "7"))
-CAMPAIGN_LINES = 25_000  # per log
+CAMPAIGN_LINES = 15_000  # per log (sized for the suite)
 CAMPAIGN_LOGS = {
     # file.delete.delay.ms: how far a reader may lag behind retention (Kafka's grace for readers in
     # the middle of a deleted segment) - generous, as a loaded CI machine stalls processes for seconds
