@@ -659,9 +659,10 @@ class Log:
         return self._start_offset
 
     def _delete_segments(self, doomed: list[LogSegment], kept: list[LogSegment], now_ms: int) -> None:
-        # The start offset first: readers take it without the lock, and the removal renames files
-        # (slow on a busy disk); a start offset still below the list's first segment would name
-        # records (by-offset, info) that are no longer there.
+        # The start offset with the list (readers take both without the lock), before the removal
+        # renames files (slow on a busy disk): a start offset below the list's first segment would
+        # name records (by-offset, info) no longer there, a list still holding segments below the
+        # start offset would start a new `cat records` before it.
         self._start_offset = max(self._start_offset, kept[0].base_offset)
         self._batch_cache.clear()
         self._removal.delete(doomed, kept, now_ms + self.config.file_delete_delay_ms)

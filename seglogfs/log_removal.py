@@ -40,9 +40,11 @@ class SegmentRemoval:
         # deleted before they leave the segment list: a reader finds each in one list or the other.
         pending: list[tuple[int, LogSegment, list[Path]]] = [(due_ms, segment, []) for segment in doomed]
         self._keep_superseded(doomed)
-        _forget_totals(self._segments.dir, doomed)
         self._pending.extend(pending)
+        # The list first, with the caller's new start offset: the file work below takes its time, and
+        # a reader sees the log without them (a new `cat records` starts at the new start offset).
         self._segments.replace(kept)
+        _forget_totals(self._segments.dir, doomed)
         for _, segment, paths in pending:
             name = segment.log_path.name
             paths.extend(segment.rename_suffix(DELETED_SUFFIX))
