@@ -298,6 +298,15 @@ def _fuse_settings(settings: _Settings) -> tuple[bool, Access]:
         raise settings.fail("fuse.write", write.value, str(err)) from None
 
 
+#: the kafka: section's counts and sizes, by Kafka's name: the ListenerConfig field each sets
+_KAFKA_COUNTS = {
+    "node.id": "node_id", "max.connections": "max_connections", "num.partitions": "num_partitions",
+    "connections.max.idle.ms": "max_idle_ms", "group.min.session.timeout.ms": "min_session_timeout_ms",
+    "group.max.session.timeout.ms": "max_session_timeout_ms",
+}
+_KAFKA_SIZES = {"socket.request.max.bytes": "max_request_bytes", "fetch.max.bytes": "fetch_max_bytes"}
+
+
 def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
     """``kafka:``: the Kafka wire-protocol listener, off when the section is absent."""
     if "kafka" not in settings.document:
@@ -315,28 +324,16 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
         values: dict = {"listener": listener}
         if advertised is not None:
             values["advertised"] = parse_listener("advertised.listeners", advertised)
-        if "node.id" in kafka:
-            values["node_id"] = count_value(kafka["node.id"], "node.id")
-        if "socket.request.max.bytes" in kafka:
-            key = "socket.request.max.bytes"
-            values["max_request_bytes"] = size_value(kafka[key], key)
-        if "max.connections" in kafka:
-            values["max_connections"] = count_value(kafka["max.connections"], "max.connections")
+        for key, field_name in _KAFKA_COUNTS.items():
+            if key in kafka:
+                values[field_name] = count_value(kafka[key], key)
+        for key, field_name in _KAFKA_SIZES.items():
+            if key in kafka:
+                values[field_name] = size_value(kafka[key], key)
         if "auto.create.topics.enable" in kafka:
             values["auto_create_topics"] = settings.boolean(
                 "kafka.auto.create.topics.enable", kafka["auto.create.topics.enable"]
             )
-        if "num.partitions" in kafka:
-            values["num_partitions"] = count_value(kafka["num.partitions"], "num.partitions")
-        if "connections.max.idle.ms" in kafka:
-            key = "connections.max.idle.ms"
-            values["max_idle_ms"] = count_value(kafka[key], key)
-        if "fetch.max.bytes" in kafka:
-            values["fetch_max_bytes"] = size_value(kafka["fetch.max.bytes"], "fetch.max.bytes")
-        for key, field_name in (("group.min.session.timeout.ms", "min_session_timeout_ms"),
-                                ("group.max.session.timeout.ms", "max_session_timeout_ms")):
-            if key in kafka:
-                values[field_name] = count_value(kafka[key], key)
         config = ListenerConfig(**values, security=parse_security(kafka))
         if listener.protocol in ("SSL", "SASL_SSL"):
             server_context(config.security)  # the files are read now, so that a bad one is a config error
