@@ -72,6 +72,7 @@ if [ -n "$spark_version" ] && ! complete "$cache/spark-classpath"; then
         [ "$v" = "$spark_version" ] && echo "$v" > "$cache/spark-missing"
     done
     complete "$cache/spark-classpath" \
-        || echo "kafka-oracle: no spark-sql-kafka-0-10_2.13 for pyspark $spark_version; the Spark oracle test skips" >&2
+        || { echo "kafka-oracle: no spark-sql-kafka-0-10_2.13 for pyspark $spark_version" \
+                  "nor $SPARK_KAFKA_FALLBACK on Maven Central" >&2; exit 1; }
 fi
 echo "$KAFKA_VERSION" > "$(dirname "$cache")/VERSION"

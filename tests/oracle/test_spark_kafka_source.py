@@ -16,10 +16,13 @@ from support.oracle_logs import TOPIC_CONFIGS, AdoptedLogs
 pytest_plugins = ["support.spark_fixtures"]
 pytestmark = [pytest.mark.oracle, pytest.mark.spark]
 TOPIC = "spark-source"
-if spark_kafka_classpath() is None:  # before any SparkSession or broker is started for nothing
-    pytest.skip(
-        "no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh", allow_module_level=True
-    )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _connector() -> None:
+    """Spark's Kafka connector from the cache (scripts/install.sh fills it); the tests fail without it."""
+    if spark_kafka_classpath() is None:
+        pytest.fail("no spark-sql-kafka-0-10 in the Kafka cache: run scripts/kafka-oracle.sh")
 
 
 def produce(bootstrap: str) -> list[tuple]:

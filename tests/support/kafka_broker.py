@@ -75,10 +75,10 @@ def spark_kafka_classpath() -> str | None:
 
 
 def require_kafka() -> str:
-    """The classpath, or skip: the oracle needs Java 17 and the cache of scripts/kafka-oracle.sh."""
+    """The classpath; the test fails without it (scripts/install.sh fills the cache)."""
     classpath = kafka_classpath()
     if classpath is None:
-        pytest.skip(f"no Kafka cache in {CACHE}: run scripts/kafka-oracle.sh (needs Maven and Java 17)")
+        pytest.fail(f"no Kafka cache in {CACHE}: run scripts/kafka-oracle.sh (needs Maven and Java 17)")
     return classpath
 
 
