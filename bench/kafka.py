@@ -27,9 +27,9 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kafka_clients import VALUE, confluent_consume, confluent_produce
 from seglogd_process import port_of, start_seglogd, stop_seglogd, write_config
 
-VALUE = b"x" * 100
 RECORD_ON_WIRE = 108  # a 100-byte value without key or headers in a v2 batch: 8 bytes of framing
 
 
@@ -67,37 +67,6 @@ def mount_append_while_read(server: str, mount: Path, lines: Path, n: int) -> fl
     finally:
         reader.kill()
         reader.wait()
-
-
-def confluent_produce(server: str, topic: str, n: int) -> float:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": server, "acks": "1"})
-    producer.list_topics(topic, timeout=10)  # creates it: not timed
-    start = time.perf_counter()
-    produce, poll = producer.produce, producer.poll
-    for _ in range(n):
-        while True:
-            try:
-                produce(topic, VALUE)
-                break
-            except BufferError:  # the client's queue is full: let it send
-                poll(0.001)
-    producer.flush(120)
-    return n / (time.perf_counter() - start)
-
-
-def confluent_consume(server: str, topic: str, n: int) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": server, "group.id": "bench", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got, start = 0, time.perf_counter()
-    while got < n:
-        got += len(consumer.consume(100_000, 5))
-    rate = n / (time.perf_counter() - start)
-    consumer.close()
-    return rate
 
 
 LATENCY_CONSUMER = """

@@ -21,45 +21,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
+from kafka_clients import confluent_consume, confluent_produce  # noqa: E402
 from seglogd_process import port_of, start_seglogd, stop_seglogd, write_config  # noqa: E402
 from support.kafka_certs import make_certs  # noqa: E402
 
 from seglogfs.kafka.sasl_scram import make_credential  # noqa: E402
 
 PASSWORD = "bench-password"
-VALUE = b"x" * 100
-
-
-def produce(server: str, topic: str, n: int, conf: dict[str, Any]) -> float:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": server, "acks": "1", **conf})
-    producer.list_topics(topic, timeout=10)  # creates it: not timed
-    start = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                producer.produce(topic, VALUE)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    producer.flush(120)
-    return n / (time.perf_counter() - start)
-
-
-def consume(server: str, topic: str, n: int, conf: dict[str, Any]) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": server, "group.id": "bench", "enable.auto.commit": False, **conf}
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got, start = 0, time.perf_counter()
-    while got < n:
-        got += len(consumer.consume(100_000, 5))
-    rate = n / (time.perf_counter() - start)
-    consumer.close()
-    return rate
 
 
 def first_metadata_ms(server: str, conf: dict[str, Any], runs: int = 30) -> float:
@@ -118,8 +86,8 @@ def main() -> int:
             try:
                 server = f"127.0.0.1:{port_of(run / 'seglogd.stderr')}"
                 conf = {"security.protocol": protocol, **client}
-                produced = produce(server, "p", n, conf)
-                consumed = consume(server, "p", n, conf)
+                produced = confluent_produce(server, "p", n, conf)
+                consumed = confluent_consume(server, "p", n, conf)
                 first = first_metadata_ms(server, conf)
                 rows.append((protocol, f"{produced:,.0f}", f"{consumed:,.0f}", f"{first:.1f}"))
             finally:
