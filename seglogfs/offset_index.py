@@ -137,6 +137,14 @@ class OffsetIndex(AbstractIndex):
                 return None
             return OffsetPosition(self.base_offset + int(self._keys[slot]), int(self._values[slot]))
 
+    def position_floor(self, position: int) -> int:
+        """The largest indexed position <= ``position`` (a batch start), or -1: where a walk to the
+        last batch ending before ``position`` begins, at most ``index.interval.bytes`` and one batch
+        before it."""
+        with self._lock:
+            slot = self._largest_lower_bound(self._values, position)
+            return -1 if slot < 0 else int(self._values[slot])
+
     def sanity_check(self) -> None:
         """Kafka's OffsetIndex.sanityCheck: last offset >= base offset, length a multiple of 8."""
         with self._lock:

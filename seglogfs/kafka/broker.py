@@ -36,6 +36,7 @@ from .list_offsets import list_offsets
 from .messages import decode_request, encode, encode_frame, request_class
 from .metadata import metadata
 from .produce import produce
+from .spliced_frame import SplicedBody, SplicedFrame, splice
 
 __all__ = ["Broker"]
 
@@ -61,10 +62,11 @@ assert set(_HANDLERS) == set(SUPPORTED)
 class Broker(BrokerState):
     """The state, and the dispatch of one request frame to its handler."""
 
-    async def handle(self, buf: bytes) -> bytes | None:
+    async def handle(self, buf: bytes) -> bytes | SplicedFrame | None:
         """The response frame to the request frame ``buf`` (without its size), None when the request
-        gets none (Produce with acks=0). FrameError: close the connection (Kafka's answer to a
-        request it cannot read, or to an API or version it does not serve)."""
+        gets none (Produce with acks=0); a Fetch's large records stay in the files (SplicedFrame).
+        FrameError: close the connection (Kafka's answer to a request it cannot read, or to an API
+        or version it does not serve)."""
         api_key, version, correlation_id = peek_api(buf)
         if api_key == API_VERSIONS and not supports(api_key, version):
             # Kafka answers an ApiVersions it does not know in v0, so the client can pick a version.
@@ -84,4 +86,13 @@ class Broker(BrokerState):
             result = await result
         if result is None:
             return None
-        return encode_frame(response_header(correlation_id, cls.__flexible__, api_key), result)
+        head = response_header(correlation_id, cls.__flexible__, api_key)
+        if not isinstance(result, SplicedBody):
+            return encode_frame(head, result)
+        try:
+            frame_bytes = encode_frame(head, result.entity)
+            if not result.regions:
+                return frame_bytes
+            return splice(frame_bytes, result, flexible=cls.__flexible__)
+        finally:
+            result.close()

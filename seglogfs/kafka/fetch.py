@@ -1,5 +1,6 @@
-"""Fetch: segment byte ranges per partition; a long poll (``max.wait.ms`` / ``min.bytes``) woken by
-appends from any path. No fetch sessions: every response is a full one (session id 0)."""
+"""Fetch: segment byte ranges per partition, the large ones sent from the files (``sendfile``); a long
+poll (``max.wait.ms`` / ``min.bytes``) woken by appends from any path. No fetch sessions: every
+response is a full one (session id 0)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from seglogfs.errors import SeglogError
+from seglogfs.fetch_data_info import FetchDataInfo, read_fetch_data
 
 from .error_codes import error_code
 from .messages import make, nested, response_class
-from .partition_read import PartitionRead, read_partition
+from .spliced_frame import SplicedBody
 
 if TYPE_CHECKING:
     from .context import BrokerState
@@ -24,9 +26,14 @@ __all__ = ["fetch"]
 
 log = logging.getLogger("seglogfs.kafka")
 READ_COMMITTED = 1
+#: a partition's records of at least this size go from the file to the socket (sendfile); smaller
+#: ones cost less copied than a descriptor and a system call more
+ZERO_COPY_MIN_BYTES = 32 << 10
+#: descriptors one response may hold open until it is sent (the rest of its partitions are copied)
+ZERO_COPY_MAX_REGIONS = 32
 
 
-async def fetch(broker: BrokerState, request: Any, version: int) -> Any:
+async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
     """Read every partition asked for; wait for appends while fewer than ``min_bytes`` were found."""
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
     names = [
@@ -37,17 +44,28 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> Any:
     ]
     while True:
         with broker.waiters.watching(names) as appended:
-            response, found = _read(broker, request, version)
+            found = _read(broker, request, version, body := SplicedBody(None))
             remaining = deadline - time.monotonic()
             if found >= request.min_bytes or remaining <= 0 or not names:
-                return response
+                return body
+            body.close()
             try:
                 await asyncio.wait_for(appended.wait(), remaining)
             except TimeoutError:
-                return _read(broker, request, version)[0]
+                _read(broker, request, version, body := SplicedBody(None))
+                return body
 
 
-def _read(broker: BrokerState, request: Any, version: int) -> tuple[Any, int]:
+def _read(broker: BrokerState, request: Any, version: int, body: SplicedBody) -> int:
+    """Fill ``body`` with the response; the bytes found. Closes what it opened when it fails."""
+    try:
+        return _read_into(broker, request, version, body)
+    except BaseException:
+        body.close()
+        raise
+
+
+def _read_into(broker: BrokerState, request: Any, version: int, body: SplicedBody) -> int:
     cls = response_class(1, version)
     topic_cls, data_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
     aborted_cls = nested(cls, "AbortedTransaction")
@@ -60,8 +78,8 @@ def _read(broker: BrokerState, request: Any, version: int) -> tuple[Any, int]:
         partitions = []
         for part in topic.partitions:
             limit = max(min(part.partition_max_bytes, budget), 0)
-            values = _partition(broker, topic.topic, part, limit, committed, whole_first=found == 0)
-            size = len(values.get("records") or b"")
+            values = _partition(broker, topic.topic, part, limit, committed, body, whole_first=found == 0)
+            size = values.pop("size")
             found += size
             budget -= size
             if values.get("aborted_transactions"):
@@ -71,30 +89,35 @@ def _read(broker: BrokerState, request: Any, version: int) -> tuple[Any, int]:
                 )
             partitions.append(make(data_cls, partition_index=part.partition, **values))
         topics.append(make(topic_cls, topic=topic.topic, partitions=tuple(partitions)))
-    response = make(cls, throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=0,
-                    responses=tuple(topics))
-    return response, found
+    body.entity = make(cls, throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=0,
+                       responses=tuple(topics))
+    return found
 
 
 def _partition(
-    broker: BrokerState, topic: str, part: Any, max_bytes: int, committed: bool, *, whole_first: bool
+    broker: BrokerState, topic: str, part: Any, max_bytes: int, committed: bool, body: SplicedBody,
+    *, whole_first: bool,
 ) -> dict:
     log_obj = broker.topics.log(topic, part.partition)
     if log_obj is None:
         return {"error_code": broker.topics.missing(topic, part.partition), "high_watermark": -1,
-                "records": None, "aborted_transactions": None}
+                "records": None, "aborted_transactions": None, "size": 0}
     try:
-        read: PartitionRead = read_partition(
-            log_obj, part.fetch_offset, max_bytes, read_committed=committed, whole_first=whole_first
+        read: FetchDataInfo = read_fetch_data(
+            log_obj, part.fetch_offset, max_bytes, read_committed=committed, min_one_batch=whole_first
         )
+        size = read.records.size
+        if size >= ZERO_COPY_MIN_BYTES and len(body.regions) < ZERO_COPY_MAX_REGIONS:
+            records = body.add(read.records)
+        else:
+            records = read.records.read()
     except (SeglogError, OSError) as exc:
         code = error_code(exc)
         if code != ErrorCode.offset_out_of_range:
             log.error("fetch from %s at %d: %s", log_obj.name, part.fetch_offset, exc)
         return {"error_code": code, "high_watermark": log_obj.end_offset,
                 "last_stable_offset": log_obj.end_offset, "log_start_offset": log_obj.start_offset,
-                "records": None, "aborted_transactions": None}
+                "records": None, "aborted_transactions": None, "size": 0}
     return {"error_code": ErrorCode.none, "high_watermark": read.high_watermark,
             "last_stable_offset": read.last_stable_offset, "log_start_offset": read.log_start_offset,
-            "records": read.records, "aborted_transactions": read.aborted}
-
+            "records": records, "aborted_transactions": read.aborted, "size": size}

@@ -22,6 +22,7 @@ from .broker import Broker
 from .framing import FrameError, peek_api
 from .listener_config import ListenerConfig
 from .sasl_session import PRE_AUTH_MAX_BYTES, SaslSession
+from .spliced_frame import SplicedFrame
 from .tls import server_context
 
 __all__ = ["KafkaListener"]
@@ -169,6 +170,7 @@ class KafkaListener:
                 busy = False
                 item = await frames.get()
                 busy = True
+                response: bytes | SplicedFrame | None
                 if isinstance(item, BaseException):
                     if pending:
                         writer.writelines(pending)
@@ -184,7 +186,11 @@ class KafkaListener:
                 else:
                     response = await self.broker.handle(item)
                 frames.task_done()
-                if response is not None:
+                if isinstance(response, SplicedFrame):  # after the answers before it, from the files
+                    writer.writelines(pending)
+                    pending.clear()
+                    await response.send(writer)
+                elif response is not None:
                     pending.append(response)
                 if pending and frames.empty():
                     writer.writelines(pending)

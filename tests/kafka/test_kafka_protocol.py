@@ -23,6 +23,7 @@ from support.mount_fixture import Seglogd, fuse_required, sh
 
 from seglogfs.kafka.api_versions import SUPPORTED
 from seglogfs.kafka.messages import make
+from seglogfs.records import iter_batch_headers
 
 pytestmark = fuse_required
 
@@ -137,6 +138,51 @@ def test_fetch_and_list_offsets_by_hand(daemon: Seglogd) -> None:
                    topics=(make(type(topic), topic="events", partitions=(out_of_range,)),))
     [data] = client.request(1, 12, request).responses[0].partitions
     assert data.error_code == ErrorCode.offset_out_of_range
+    client.close()
+
+
+def _fetch_request(version: int, topic: str, offset: int, max_bytes: int) -> object:
+    cls = load_request_schema(1, version)
+    topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+    part = make(topic_cls.__dataclass_fields__["partitions"].type.__args__[0], partition=0,
+                fetch_offset=offset, partition_max_bytes=max_bytes)
+    return make(cls, replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=50 << 20,
+                isolation_level=0, topics=(make(topic_cls, topic=topic, partitions=(part,)),),
+                forgotten_topics_data=())
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_large_fetches_are_the_segment_bytes_whole_batches_in_pipelined_frames(
+    daemon: Seglogd, version: int
+) -> None:
+    """Records over 32 KiB are sent from the segment file (sendfile) between encoded parts: each
+    response decodes, its records are the file's bytes from the batch holding the fetch offset, whole
+    batches within the limit, and the frames after it on the connection are intact."""
+    topic = f"bulk{version}"
+    (daemon.mount / f"{topic}-0").mkdir()
+    for chunk in range(4):  # one write each: batches of at most max.message.bytes
+        lines = b"".join(b"bulk %d %06d %s\n" % (chunk, i, b"b" * 50) for i in range(1500))
+        with open(daemon.mount / f"{topic}-0" / "append", "ab") as f:
+            f.write(lines)
+    segment = (daemon.data_dir / f"{topic}-0" / "00000000000000000000.log").read_bytes()
+    batches = list(iter_batch_headers(segment))
+    asks = [(0, 100_000), (2500, 1 << 20), (5999, 40_000), (0, 40_000)]
+    client = _client(daemon)
+    frames = [client.frame(1, version, _fetch_request(version, topic, *ask)) for ask in asks]
+    client.send_raw(b"".join(frames))  # pipelined: every request before any answer is read
+    for correlation, (offset, limit) in enumerate(asks, start=client.correlation - len(asks) + 1):
+        response = client.read_response(1, version, correlation)
+        [data] = response.responses[0].partitions
+        assert data.error_code == ErrorCode.none
+        assert data.high_watermark == 6000
+        first = next(h for h in batches if h.last_offset >= offset)
+        ends = {h.position + h.size for h in batches}
+        records = data.records
+        assert records == segment[first.position:first.position + len(records)]
+        assert first.position + len(records) in ends  # whole batches
+        assert len(records) <= limit or len(records) == first.size
+        following = next((h for h in batches if h.position == first.position + len(records)), None)
+        assert following is None or len(records) + following.size > limit  # as many as fit
     client.close()
 
 

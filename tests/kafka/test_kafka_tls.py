@@ -77,6 +77,12 @@ def test_a_client_certificate_from_the_ca_produces_and_consumes(daemon: Seglogd,
     assert produced.returncode == 0, produced.stderr
     consumed = kcat_run("-b", bootstrap(daemon), *conf, "-C", "-t", "tls-kcat", "-o", "beginning", "-e", "-q")
     assert consumed.stdout == b"one\ntwo\n", consumed.stderr
+    # a Fetch over 32 KiB: its records go from the segment file through the TLS connection
+    lines = b"".join(b"tls line %05d %s\n" % (i, b"t" * 60) for i in range(3000))
+    produced = kcat_run("-b", bootstrap(daemon), *conf, "-P", "-t", "tls-big", stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    consumed = kcat_run("-b", bootstrap(daemon), *conf, "-C", "-t", "tls-big", "-o", "beginning", "-e", "-q")
+    assert consumed.stdout == lines, consumed.stderr
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 

@@ -73,23 +73,30 @@ class WireClient:
             data += chunk
         return data
 
-    def request(self, api_key: int, version: int, entity: Any, *, expect_response: bool = True) -> Any:
-        """Send ``entity`` and decode the response (None when the connection was closed instead)."""
+    def frame(self, api_key: int, version: int, entity: Any) -> bytes:
+        """The request frame of ``entity`` with the next correlation id."""
         self.correlation += 1
-        flexible = type(entity).__flexible__
         client = b"wire-test"
         header = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client
-        if flexible:
+        if type(entity).__flexible__:
             header += b"\0"
         body = header + encode(entity)
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
+        return struct.pack(">i", len(body)) + body
+
+    def request(self, api_key: int, version: int, entity: Any, *, expect_response: bool = True) -> Any:
+        """Send ``entity`` and decode the response (None when the connection was closed instead)."""
+        self.sock.sendall(self.frame(api_key, version, entity))
         if not expect_response:
             return None
+        return self.read_response(api_key, version, self.correlation)
+
+    def read_response(self, api_key: int, version: int, correlation: int) -> Any:
+        """The next response frame, decoded; it must answer ``correlation`` (None when closed)."""
         frame = self.recv_frame()
         if frame is None:
             return None
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        assert correlation == self.correlation
+        assert struct.unpack_from(">i", frame, 0)[0] == correlation
+        flexible = load_response_schema(api_key, version).__flexible__
         at = 4 + (1 if flexible and api_key != 18 else 0)
         response, _ = entity_reader(load_response_schema(api_key, version))(frame, at)
         return response

@@ -1,0 +1,107 @@
+"""A response frame whose record bytes stay in the segment files: its bytes are encoded with a short
+marker in each large ``records`` field, then split there into the encoded parts and the file regions,
+which go to the socket with ``sendfile`` (zero-copy; asyncio reads and writes them over TLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+
+from seglogfs.fetch_data_info import FileSlice
+
+__all__ = ["FileRegion", "SplicedBody", "SplicedFrame", "splice"]
+
+MARKER_BYTES = 16
+
+
+@dataclass(slots=True)
+class FileRegion:
+    """``size`` bytes at ``position`` of an open file the frame owns."""
+
+    file: object  # an unbuffered binary file (os.fdopen(fd, "rb", buffering=0))
+    position: int
+    size: int
+
+
+@dataclass(slots=True)
+class SplicedBody:
+    """A handler's response entity whose ``records`` fields hold markers, and the regions they stand
+    for. Owns the regions' files until :func:`splice` hands them to a frame."""
+
+    entity: object
+    regions: dict[bytes, FileRegion] = field(default_factory=dict)
+
+    def add(self, records: FileSlice) -> bytes:
+        """A marker standing for ``records``, whose file is opened now (it stays the same file whatever
+        retention or the cleaner do before the frame is sent)."""
+        marker = os.urandom(MARKER_BYTES)
+        file = os.fdopen(records.open(), "rb", buffering=0)
+        self.regions[marker] = FileRegion(file, records.position, records.size)
+        return marker
+
+    def close(self) -> None:
+        """Close the files of regions no frame took."""
+        for region in self.regions.values():
+            region.file.close()  # type: ignore[attr-defined]
+        self.regions.clear()
+
+
+class SplicedFrame:
+    """A whole frame as bytes parts and file regions, in order."""
+
+    def __init__(self, parts: list[bytes | FileRegion]) -> None:
+        self.parts = parts
+
+    async def send(self, writer: asyncio.StreamWriter) -> None:
+        """Write the frame; ConnectionError when a region's file came up short (it was cut under the
+        daemon: the frame cannot be completed, so the connection must close). Closes the files."""
+        loop = asyncio.get_running_loop()
+        try:
+            for part in self.parts:
+                if isinstance(part, bytes):
+                    writer.write(part)
+                    continue
+                sent = await loop.sendfile(writer.transport, part.file, part.position, part.size)  # type: ignore[arg-type]
+                if sent != part.size:
+                    raise ConnectionError(f"a segment file ended {part.size - sent} bytes short of a Fetch")
+            await writer.drain()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the regions' files."""
+        for part in self.parts:
+            if isinstance(part, FileRegion):
+                part.file.close()  # type: ignore[attr-defined]
+
+
+def splice(frame: bytes, body: SplicedBody, *, flexible: bool) -> SplicedFrame:
+    """``frame`` (encoded from ``body.entity``, its size first) with each marker's field replaced by
+    its region: the length prefix is rewritten for the region's size, and so is the frame's size."""
+    parts: list[bytes | FileRegion] = []
+    prefix = 1 if flexible else 4  # a compact length (uvarint of 17) or an INT32 (16)
+    at, grown = 0, 0
+    placed = sorted((frame.index(marker), marker) for marker in body.regions)
+    for where, marker in placed:
+        region = body.regions[marker]
+        length = _uvarint(region.size + 1) if flexible else region.size.to_bytes(4, "big")
+        parts += [frame[at:where - prefix], length, region]
+        grown += len(length) + region.size - prefix - MARKER_BYTES
+        at = where + MARKER_BYTES
+    parts.append(frame[at:])
+    size = int.from_bytes(frame[:4], "big") + grown
+    first = parts[0]
+    assert isinstance(first, bytes)
+    parts[0] = size.to_bytes(4, "big") + first[4:]
+    body.regions.clear()  # the frame owns the files now
+    return SplicedFrame([part for part in parts if not isinstance(part, bytes) or part])
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
