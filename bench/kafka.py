@@ -1,16 +1,24 @@
-"""Kafka clients against seglogd's listener over loopback, beside the mount's append, in one run.
+"""Kafka clients against seglogd's listener and against Apache Kafka's own broker, side by side in one
+run over loopback, beside the mount's append.
 
-- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path, the baseline; and
-  again while a confluent-kafka consumer-group member reads that log
+The broker (KRaft, one node, the version tests/oracle uses, from scripts/kafka-oracle.sh's cache, a
+server's JVM options) is the floor the clients put under any server on this machine: the same client
+loop against each, so a target the broker misses too is the client's or the machine's, not seglogd's.
+
+- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path with the listener off,
+  on and idle, while a confluent-kafka consumer-group member reads that log through the listener, and
+  while the same consumer reads as many records from the broker (what a consumer costs the machine)
 - confluent-kafka producer (its defaults, acks=1) and consumer: records/s of 100-byte records
 - end-to-end latency p50/p99 at 10,000 records/s (produce -> a consumer's poll), confluent-kafka
   defaults, and with ``linger.ms=0`` and idempotence (at most 5 requests in flight)
 - kcat produce (``-l`` a file of lines) and consume (``-e``), records/s
+- raw Produce v9 and Fetch v12 loops with no client library (the server's side alone)
 - the floor asyncio puts under the listener: an asyncio server on the same kind of loop reading 1 MiB
   frames and answering each with a small one (what a Produce costs the loop with no work), in
   100-byte-record equivalents per second
 
-Usage: ``python bench/kafka.py [--records 1000000]`` (needs FUSE, kcat; run as a user who may mount).
+Usage: ``python bench/kafka.py [--records 1000000]`` (needs FUSE, kcat, Java 17 and the Kafka cache;
+run as a user who may mount).
 """
 
 from __future__ import annotations
@@ -27,10 +35,14 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from kafka_clients import VALUE, confluent_consume, confluent_produce
 from seglogd_process import port_of, start_seglogd, stop_seglogd, write_config
+from support.kafka_broker import kafka_version, running_broker
 
 RECORD_ON_WIRE = 108  # a 100-byte value without key or headers in a v2 batch: 8 bytes of framing
+#: the broker as a server runs it (kafka-server-start.sh's heap and GC), not the tests' quick-start JVM
+BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
 
 
 GROUP_READER = """
@@ -45,25 +57,40 @@ while True:
 """
 
 
-def mount_append(mount: Path, lines: Path, n: int, log: str = "cat-0") -> float:
-    (mount / log).mkdir()
+BACKLOG_READER = """
+import sys
+from confluent_kafka import Consumer, TopicPartition
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "backlog", "enable.auto.commit": False})
+consumer.assign([TopicPartition(sys.argv[2], 0, 0)])
+while not consumer.consume(10000, 0.5):
+    pass
+print("ready", flush=True)  # reading a backlog now: busy for the whole append
+while True:
+    consumer.consume(10000, 0.5)
+"""
+
+
+def mount_append(mount: Path, lines: Path, n: int, log: str) -> float:
+    (mount / log).mkdir(exist_ok=True)
     start = time.perf_counter()
     subprocess.run(f"cat {lines} > {mount}/{log}/append", shell=True, check=True)
     return n / (time.perf_counter() - start)
 
 
-def mount_append_while_read(server: str, mount: Path, lines: Path, n: int) -> float:
-    """``mount_append`` while a consumer-group member reads the same log (long polls woken by it)."""
-    (mount / "read-0").mkdir()
-    reader = subprocess.Popen([sys.executable, "-c", GROUP_READER, server, "read"], stdout=subprocess.PIPE,
+def mount_append_while_read(
+    server: str, topic: str, mount: Path, lines: Path, n: int, log: str, *, backlog: bool = False
+) -> float:
+    """``mount_append`` while a consumer-group member follows ``topic`` of ``server`` (the log being
+    appended), or with ``backlog`` while a consumer is reading the records ``topic`` already holds."""
+    script = BACKLOG_READER if backlog else GROUP_READER
+    reader = subprocess.Popen([sys.executable, "-c", script, server, topic], stdout=subprocess.PIPE,
                               text=True)
     try:
         assert reader.stdout is not None
         reader.stdout.readline()
-        time.sleep(2)  # joined, assigned, its fetch parked
-        start = time.perf_counter()
-        subprocess.run(f"cat {lines} > {mount}/read-0/append", shell=True, check=True)
-        return n / (time.perf_counter() - start)
+        if not backlog:
+            time.sleep(2)  # joined, assigned, its fetch parked
+        return mount_append(mount, lines, n, log)
     finally:
         reader.kill()
         reader.wait()
@@ -234,56 +261,77 @@ def asyncio_floor(frames: int = 400, frame_size: int = 1 << 20) -> float:
     return frames * frame_size / RECORD_ON_WIRE / elapsed
 
 
+def client_rows(server: str, lines: Path, n: int, latency_seconds: float) -> list[tuple[str, str]]:
+    """The client figures against one server (seglogd's listener or the broker), as table rows."""
+    rows = [("confluent-kafka produce, defaults, acks=1", f"{confluent_produce(server, 'p', n):,.0f} rec/s"),
+            ("confluent-kafka consume", f"{confluent_consume(server, 'p', n):,.0f} rec/s")]
+    port = int(server.rsplit(":", 1)[1])
+    rows.append(("raw Produce v9 loop, ~1 MiB batches, 5 in flight",
+                 f"{raw_produce_rate(port, 'p', n):,.0f} rec/s"))
+    rows.append(("raw Fetch v12 loop, 1 MiB responses", f"{raw_fetch_rate(port, 'p', n):,.0f} rec/s"))
+    p50, p99 = end_to_end(server, "lat", 10_000, latency_seconds)
+    rows.append(("end-to-end at 10,000 rec/s, defaults (linger.ms 5)", f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
+    p50, p99 = end_to_end(server, "lat0", 10_000, latency_seconds, **{
+        "linger.ms": 0, "enable.idempotence": True, "acks": "all"})
+    rows.append(("end-to-end at 10,000 rec/s, linger.ms=0, idempotent",
+                 f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
+    produce, consume = kcat_rates(server, "k", lines, n)
+    rows.append(("kcat produce (-l file)", f"{produce:,.0f} rec/s"))
+    rows.append(("kcat consume (-e)", f"{consume:,.0f} rec/s"))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     args = parser.parse_args()
     n = args.records
-    rows: list[tuple[str, str]] = []
+    mount_rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         base = Path(tmp)
         lines = base / "lines.txt"
         lines.write_bytes((b"y" * 99 + b"\n") * n)
         mount = base / "mnt"
-        config = write_config(base / "seglogfs.yaml", base / "data", mount,
-                              {"segment.bytes": "1GiB"}, {},
-                              kafka={"listeners": "PLAINTEXT://127.0.0.1:0"})
-        proc = start_seglogd(config, mount, "multi")
-        try:
-            server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"
-            alone = mount_append(mount, lines, n)
-            rows.append(("mount: cat 100-byte lines > append", f"{alone:,.0f} rec/s"))
-            read = mount_append_while_read(server, mount, lines, n)
-            rows.append(("  the same while a consumer-group member reads that log",
-                         f"{read:,.0f} rec/s ({read / alone:.2f}x)"))
-            produced = confluent_produce(server, "p", n)
-            rows.append(("confluent-kafka produce, defaults, acks=1", f"{produced:,.0f} rec/s"))
-            rows.append(("confluent-kafka consume", f"{confluent_consume(server, 'p', n):,.0f} rec/s"))
-            port = int(server.rsplit(":", 1)[1])
-            rows.append(("raw Produce v9 loop, ~1 MiB batches, 5 in flight (no client library)",
-                         f"{raw_produce_rate(port, 'p', n):,.0f} rec/s"))
-            rows.append(("raw Fetch v12 loop, 1 MiB responses (no client library)",
-                         f"{raw_fetch_rate(port, 'p', n):,.0f} rec/s"))
-            p50, p99 = end_to_end(server, "lat", 10_000, args.latency_seconds)
-            rows.append(("end-to-end at 10,000 rec/s, defaults (linger.ms 5)",
-                         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
-            p50, p99 = end_to_end(server, "lat0", 10_000, args.latency_seconds, **{
-                "linger.ms": 0, "enable.idempotence": True, "acks": "all"})
-            rows.append(("end-to-end at 10,000 rec/s, linger.ms=0, idempotent (5 in flight)",
-                         f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"))
-            produce, consume = kcat_rates(server, "k", lines, n)
-            rows.append(("kcat produce (-l file)", f"{produce:,.0f} rec/s"))
-            rows.append(("kcat consume (-e)", f"{consume:,.0f} rec/s"))
-        finally:
-            stop_seglogd(proc, mount)
-        floor = asyncio_floor()
-        rows.append(("asyncio floor: 1 MiB frames in, 5 in flight, one answer each",
-                     f"{floor:,.0f} rec/s equiv."))
-    width = max(len(what) for what, _ in rows)
+        with running_broker(base / "broker", jvm_options=BROKER_JVM) as broker:
+            config = write_config(base / "off.yaml", base / "data-off", mount, {"segment.bytes": "1GiB"}, {})
+            proc = start_seglogd(config, mount, "multi")
+            try:
+                off = mount_append(mount, lines, n, "off-0")
+            finally:
+                stop_seglogd(proc, mount)
+            config = write_config(base / "seglogfs.yaml", base / "data", mount, {"segment.bytes": "1GiB"}, {},
+                                  kafka={"listeners": "PLAINTEXT://127.0.0.1:0"})
+            proc = start_seglogd(config, mount, "multi")
+            try:
+                server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"
+                seglogd_rows = client_rows(server, lines, n, args.latency_seconds)
+                kafka_rows = client_rows(broker.bootstrap, lines, n, args.latency_seconds)
+                idle = mount_append(mount, lines, n, "idle-0")
+                (mount / "read-0").mkdir()  # the consumer is assigned the log before the append starts
+                read = mount_append_while_read(server, "read", mount, lines, n, "read-0")
+                floor = mount_append_while_read(broker.bootstrap, "p", mount, lines, n, "floor-0",
+                                                backlog=True)
+            finally:
+                stop_seglogd(proc, mount)
+        mount_rows += [
+            ("mount: cat 100-byte lines > append, listener off", f"{off:,.0f} rec/s"),
+            ("  the same, listener on and idle", f"{idle:,.0f} rec/s ({idle / off:.2f}x)"),
+            ("  while a consumer-group member reads that log through the listener",
+             f"{read:,.0f} rec/s ({read / off:.2f}x)"),
+            ("  while a consumer reads a backlog from the Kafka broker (the machine's floor)",
+             f"{floor:,.0f} rec/s ({floor / off:.2f}x)"),
+        ]
+        asyncio_rate = asyncio_floor()
+    width = max(len(what) for what, _ in seglogd_rows + mount_rows)
     print(f"{n:,} records of 100 bytes, loopback")
-    for what, figure in rows:
-        print(f"{what:<{width}}  {figure}")
+    print(f"{'':<{width}}  {'seglogd':>28}  {'Apache Kafka ' + (kafka_version() or ''):>28}")
+    for (what, ours), (_, theirs) in zip(seglogd_rows, kafka_rows, strict=True):
+        print(f"{what:<{width}}  {ours:>28}  {theirs:>28}")
+    for what, figure in mount_rows:
+        print(f"{what:<{width}}  {figure:>28}")
+    print(f"{'asyncio floor: 1 MiB frames in, 5 in flight, one answer each':<{width}}  "
+          f"{asyncio_rate:,.0f} rec/s equiv.")
     return 0
 
 

@@ -108,9 +108,12 @@ class _Archive:
             os.replace(self.writing, self.final)
 
 
-def _java(classpath: str, main: str, args: Sequence[str], log_config: Path, archive: _Archive) -> list[str]:
+def _java(
+    classpath: str, main: str, args: Sequence[str], log_config: Path, archive: _Archive,
+    options: Sequence[str] = JVM_OPTIONS,
+) -> list[str]:
     return [
-        "java", *JVM_OPTIONS, *archive.options, f"-Dlog4j2.configurationFile={log_config}",
+        "java", *options, *archive.options, f"-Dlog4j2.configurationFile={log_config}",
         "-cp", classpath, main, *args,
     ]  # fmt: skip
 
@@ -190,8 +193,11 @@ _DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv")
 class KafkaBroker:
     """One Kafka broker in KRaft mode (node 1, broker and controller) in ``workdir``."""
 
-    def __init__(self, workdir: Path, **overrides: object) -> None:
+    def __init__(
+        self, workdir: Path, *, jvm_options: Sequence[str] = JVM_OPTIONS, **overrides: object
+    ) -> None:
         self.classpath = require_kafka()
+        self.jvm_options = tuple(jvm_options)  # the broker's (bench/kafka.py gives a server's)
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.log_file = workdir / "server.log"
@@ -254,7 +260,8 @@ class KafkaBroker:
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 (kept open for the JVM's life)
         try:
             self._archive = archive = _Archive("broker")
-            java = _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config, archive)
+            java = _java(self.classpath, "kafka.Kafka", [str(self.properties)], self.log_config, archive,
+                         self.jvm_options)
             self.proc = subprocess.Popen(
                 _DIE_WITH_PARENT + java,
                 stdout=out,
@@ -312,10 +319,12 @@ class KafkaBroker:
 
 
 @contextlib.contextmanager
-def running_broker(workdir: Path, **overrides: object) -> Iterator[KafkaBroker]:
+def running_broker(
+    workdir: Path, *, jvm_options: Sequence[str] = JVM_OPTIONS, **overrides: object
+) -> Iterator[KafkaBroker]:
     """A formatted, started broker that is stopped on exit whatever happens."""
     workdir.mkdir(parents=True, exist_ok=True)
-    broker = KafkaBroker(workdir, **overrides)
+    broker = KafkaBroker(workdir, jvm_options=jvm_options, **overrides)
     try:
         broker.format()
         broker.start()
