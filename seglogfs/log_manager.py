@@ -42,7 +42,14 @@ from .checkpoint import (
 from .cleaner import CleanResult
 from .cleaner_config import CleanerConfig
 from .config import LogConfig
-from .errors import CloseError, InvalidLogNameError, LogOfflineError, ReadOnlyLogError, SeglogError
+from .errors import (
+    CloseError,
+    ConfigError,
+    InvalidLogNameError,
+    LogOfflineError,
+    ReadOnlyLogError,
+    SeglogError,
+)
 from .faults import PersistentFault
 from .lock import LogLock, data_dir_lock
 from .log import Log
@@ -60,6 +67,7 @@ from .log_files import (
     validate_log_name,
     validate_topic,
 )
+from .topic_config_file import TOPIC_CONFIG_FILE, read_topic_config, write_topic_config
 
 # A name's topic-partition, parsed once: a new log is compared with every other (thousands of them).
 _log_key = functools.lru_cache(maxsize=None)(parse_log_dir_name)
@@ -90,6 +98,8 @@ class LogManager:
         self.cleaner_config = cleaner_config or CleanerConfig()
         self.default_config = default_config or LogConfig()
         self.log_configs: dict[str, LogConfig] = dict(log_configs or {})
+        #: the topic configs a log was created with (topic_config_file.py), by log name
+        self._topic_configs: dict[str, dict[str, str]] = {}
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.RLock()
@@ -144,6 +154,9 @@ class LogManager:
                     continue
                 key = parse_log_dir_name(name)
                 try:
+                    topic_config = read_topic_config(self.data_dir / name)
+                    if topic_config is not None:
+                        self._topic_configs[name] = topic_config
                     self._logs[name] = self._watched(Log.open(
                         self.data_dir / name,
                         self.config_for(name),
@@ -243,8 +256,18 @@ class LogManager:
     # ------------------------------------------------------------------ logs
 
     def config_for(self, name: str) -> LogConfig:
-        """The configuration of log ``name``: its own, else the data dir's default."""
-        return self.log_configs.get(name, self.default_config)
+        """The configuration of log ``name``: its own (the config file's ``logs:`` entry), else the
+        topic configs it was created with over the data dir's default (as a broker's topic configs
+        override its defaults), else that default. ConfigError when the topic configs no longer apply."""
+        own = self.log_configs.get(name)
+        if own is not None:
+            return own
+        topic_config = self._topic_configs.get(name)
+        if topic_config is None:
+            return self.default_config
+        return LogConfig.from_mapping(
+            topic_config, self.default_config, broker_names=False, source=f"{name}/{TOPIC_CONFIG_FILE}"
+        )
 
     @property
     def logs(self) -> dict[str, Log]:
@@ -266,8 +289,12 @@ class LogManager:
             self._retire_offline()
         return self._logs[name]
 
-    def create_log(self, name: str, config: LogConfig | None = None) -> Log:
-        """Create log ``name`` (idempotent: an existing log is returned as is).
+    def create_log(
+        self, name: str, config: LogConfig | None = None, *, topic_config: Mapping[str, str] | None = None
+    ) -> Log:
+        """Create log ``name`` (idempotent: an existing log is returned as is). ``config`` applies until
+        the configuration is next updated; ``topic_config`` (Kafka topic-config names and values) is
+        stored in the log's directory and applies over the default for the log's life, restarts included.
 
         ``InvalidLogNameError`` for a name outside Kafka's rules or not canonical (``x-00``);
         ``FileExistsError`` (EEXIST) when another log already has its topic-partition (``c`` beside
@@ -306,6 +333,8 @@ class LogManager:
                 )
             if config is not None:
                 self.log_configs[name] = config
+            if topic_config:
+                self._topic_configs[name] = dict(topic_config)
             fresh = mode is None
             log_obj = None
             try:
@@ -313,6 +342,8 @@ class LogManager:
                     directory, self.config_for(name), create=True, clean_shutdown=not fresh,
                     clock=self._clock, data_dir_locked=self._dir_lock is not None,
                 )
+                if topic_config:
+                    write_topic_config(directory, topic_config)
                 if fresh:
                     write_partition_metadata(directory)
                     # Our batches carry leader epoch 0 from offset 0, as a broker's first leader would write.
@@ -325,6 +356,7 @@ class LogManager:
                     log_obj.abandon()
                 if fresh:
                     remove_created_log_dir(directory)
+                self._topic_configs.pop(name, None)
                 raise
             self._logs[name] = self._watched(log_obj)
             log.info("created log %s", name)
@@ -336,7 +368,10 @@ class LogManager:
             self.default_config = default_config
             self.log_configs = dict(log_configs)
             for name, log_obj in self._logs.items():
-                log_obj.update_config(self.config_for(name))
+                try:
+                    log_obj.update_config(self.config_for(name))
+                except ConfigError as exc:  # its topic configs do not fit the new default: keep its own
+                    log.error("log %s keeps its configuration: %s", name, exc)
 
     # ------------------------------------------------------------------ compaction
 

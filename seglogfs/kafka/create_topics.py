@@ -70,13 +70,13 @@ async def _create(
     budget[0] -= partitions + 1
     try:
         overrides = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
-        config = LogConfig.from_mapping(overrides, broker.topics.manager.default_config, broker_names=False)
+        LogConfig.from_mapping(overrides, broker.topics.manager.default_config, broker_names=False)
     except ConfigError as exc:
         return ErrorCode.invalid_config, str(exc), -1
     if validate_only:
         return ErrorCode.none, None, partitions
     try:
-        await asyncio.to_thread(broker.topics.create, name, partitions, config if overrides else None)
+        await asyncio.to_thread(broker.topics.create, name, partitions, overrides)
     except FileExistsError as exc:
         return ErrorCode.topic_already_exists, str(exc), -1
     except (SeglogError, OSError) as exc:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import errno
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from seglogfs.config import LogConfig
 from seglogfs.errors import InvalidLogNameError
 from seglogfs.log import Log
 from seglogfs.log_files import validate_topic
@@ -70,9 +70,12 @@ class Topics:
             return found
         return {p: lg for p, lg in self.all().get(topic, {}).items()}  # partitions with gaps
 
-    def create(self, topic: str, partitions: int, config: LogConfig | None = None) -> dict[int, Log]:
-        """Create ``topic`` with ``partitions`` logs (InvalidLogNameError for a bad name;
-        FileExistsError when one of its logs exists)."""
+    def create(
+        self, topic: str, partitions: int, topic_config: Mapping[str, str] | None = None
+    ) -> dict[int, Log]:
+        """Create ``topic`` with ``partitions`` logs, each keeping ``topic_config`` (Kafka's topic-config
+        names and values) for its life (InvalidLogNameError for a bad name; FileExistsError when one of
+        its logs exists)."""
         validate_topic(topic)
         names = [f"{topic}-{p}" for p in range(partitions)]
         for name in names:
@@ -83,7 +86,7 @@ class Topics:
             for p, name in enumerate(names):
                 if self._stopping:  # the daemon is closing the logs: make no more
                     raise OSError(errno.ESHUTDOWN, f"topic {topic}: the Kafka listener is stopping")
-                made[p] = self.manager.create_log(name, config)
+                made[p] = self.manager.create_log(name, topic_config=topic_config)
         return made
 
     def stop(self, timeout: float) -> None:

@@ -284,3 +284,22 @@ def test_an_empty_swap_never_replaces_its_segment(tmp_path: Path) -> None:
         assert not manager.offline
         assert [r.value.decode() for r in manager.get("events-0").iter_records()] == VALUES
     assert (log_dir / (FIRST_LOG + ".swap.corrupt")).stat().st_size == 0  # set aside, not deleted
+
+
+def test_topic_configs_outlive_restarts_and_a_damaged_file_takes_only_its_log_offline(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(data, LogConfig()) as manager:
+        manager.create_log("kept-0", topic_config={"cleanup.policy": "compact", "segment.bytes": "4096"})
+        manager.create_log("other-0").append_values([b"x"])
+    with LogManager(data, LogConfig(), {"other-0": LogConfig(segment_bytes=8192)}) as manager:
+        kept = manager.get("kept-0")
+        assert kept.config.cleanup_policy == ("compact",) and kept.config.segment_bytes == 4096
+        # a reload keeps them; the config file's own entry for a log wins over them
+        manager.update_configs(LogConfig(retention_ms=1000), {})
+        assert kept.config.cleanup_policy == ("compact",) and kept.config.retention_ms == 1000
+        manager.update_configs(LogConfig(), {"kept-0": LogConfig()})
+        assert kept.config.cleanup_policy == ("delete",)
+    (data / "kept-0" / ".seglogfs.topic-config").write_text("{not json")
+    with LogManager(data, LogConfig()) as manager:
+        assert "kept-0" in manager.offline and ".seglogfs.topic-config" in manager.offline["kept-0"]
+        assert manager.get("other-0").read(0).value == b"x"

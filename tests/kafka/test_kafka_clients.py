@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import subprocess
 import time
 
 import pytest
-from support.kafka_fixture import bootstrap, kcat, records_jsonl
+from support.kafka_fixture import bootstrap, kcat, records_jsonl, restart
 from support.mount_fixture import Seglogd, fuse_required
 
 pytestmark = fuse_required
@@ -239,3 +240,13 @@ def test_admin_create_describe_delete(kafka_daemon: Seglogd) -> None:
     assert result.result(10).low_watermark == 4
     info = (kafka_daemon.mount / "made-1" / "info").read_text()
     assert '"start_offset": 4' in info
+
+    # the topic configs a client gave live with the logs: after a restart (and any reload) too
+    kafka_daemon.stop()
+    restart(kafka_daemon)
+    admin = AdminClient({"bootstrap.servers": bootstrap(kafka_daemon)})
+    [described] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "made")]).values()
+    assert described.result(10)["retention.ms"].value == "3600000"
+    for p in range(3):
+        info = json.loads((kafka_daemon.mount / f"made-{p}" / "info").read_text())
+        assert info["config"]["retention.ms"] == 3600000
