@@ -24,6 +24,7 @@ run as a user who may mount).
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import statistics
 import struct
@@ -79,9 +80,10 @@ def mount_append(mount: Path, lines: Path, n: int, log: str) -> float:
 
 def mount_append_while_read(
     server: str, topic: str, mount: Path, lines: Path, n: int, log: str, *, backlog: bool = False
-) -> float:
+) -> tuple[float, float]:
     """``mount_append`` while a consumer-group member follows ``topic`` of ``server`` (the log being
-    appended), or with ``backlog`` while a consumer is reading the records ``topic`` already holds."""
+    appended), or with ``backlog`` while a consumer is reading the records ``topic`` already holds;
+    and the share of a core the consumer used meanwhile."""
     script = BACKLOG_READER if backlog else GROUP_READER
     reader = subprocess.Popen([sys.executable, "-c", script, server, topic], stdout=subprocess.PIPE,
                               text=True)
@@ -90,10 +92,20 @@ def mount_append_while_read(
         reader.stdout.readline()
         if not backlog:
             time.sleep(2)  # joined, assigned, its fetch parked
-        return mount_append(mount, lines, n, log)
+        before, start = cpu_seconds(reader.pid), time.perf_counter()
+        rate = mount_append(mount, lines, n, log)
+        busy = (cpu_seconds(reader.pid) - before) / (time.perf_counter() - start)
+        return rate, busy
     finally:
         reader.kill()
         reader.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 LATENCY_CONSUMER = """
@@ -309,8 +321,8 @@ def main() -> int:
                 kafka_rows = client_rows(broker.bootstrap, lines, n, args.latency_seconds)
                 idle = mount_append(mount, lines, n, "idle-0")
                 (mount / "read-0").mkdir()  # the consumer is assigned the log before the append starts
-                read = mount_append_while_read(server, "read", mount, lines, n, "read-0")
-                floor = mount_append_while_read(broker.bootstrap, "p", mount, lines, n, "floor-0",
+                read, read_cpu = mount_append_while_read(server, "read", mount, lines, n, "read-0")
+                floor, floor_cpu = mount_append_while_read(broker.bootstrap, "p", mount, lines, n, "floor-0",
                                                 backlog=True)
             finally:
                 stop_seglogd(proc, mount)
@@ -318,9 +330,9 @@ def main() -> int:
             ("mount: cat 100-byte lines > append, listener off", f"{off:,.0f} rec/s"),
             ("  the same, listener on and idle", f"{idle:,.0f} rec/s ({idle / off:.2f}x)"),
             ("  while a consumer-group member reads that log through the listener",
-             f"{read:,.0f} rec/s ({read / off:.2f}x)"),
+             f"{read:,.0f} rec/s ({read / off:.2f}x; consumer {read_cpu:.0%} of a core)"),
             ("  while a consumer reads a backlog from the Kafka broker (the machine's floor)",
-             f"{floor:,.0f} rec/s ({floor / off:.2f}x)"),
+             f"{floor:,.0f} rec/s ({floor / off:.2f}x; consumer {floor_cpu:.0%} of a core)"),
         ]
         asyncio_rate = asyncio_floor()
     width = max(len(what) for what, _ in seglogd_rows + mount_rows)
