@@ -181,8 +181,13 @@ def free_ports(count: int) -> list[int]:
 
 
 def random_uuid() -> str:
-    """A Kafka Uuid in its text form (URL-safe base64 of 16 bytes, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka Uuid in its text form (URL-safe base64 of 16 bytes, no padding). Never one starting with
+    "-", as Kafka's own ``Uuid.randomUuid`` avoids: a command line would read it as an option (one id
+    in 64 made ``kafka-storage format -t <id>`` fail)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 #: util-linux's setpriv gives the JVM a parent-death signal (PR_SET_PDEATHSIG, kept across exec): a
