@@ -13,6 +13,7 @@ from .listener_config import ListenerConfig
 from .offsets_topic import OffsetStore
 from .producer_ids import ProducerIds
 from .topics import Topics
+from .zero_copy_descriptors import ZeroCopyDescriptors
 
 __all__ = ["BrokerState"]
 
@@ -37,6 +38,8 @@ class BrokerState:
         self.groups = GroupCoordinator(has_offsets=lambda group_id: bool(self.offsets.committed(group_id)))
         self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
+        #: the descriptors Fetch responses hold until sent (sendfile), listener-wide
+        self.zero_copy = ZeroCopyDescriptors()
         #: held while topics are made (in a worker thread), so that two requests never make one twice
         self.creating = asyncio.Lock()
 

@@ -44,7 +44,7 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
     ]
     while True:
         with broker.waiters.watching(names) as appended:
-            found = _read(broker, request, version, body := SplicedBody(None))
+            found = _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
             remaining = deadline - time.monotonic()
             if found >= request.min_bytes or remaining <= 0 or not names:
                 return body
@@ -52,7 +52,7 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
             try:
                 await asyncio.wait_for(appended.wait(), remaining)
             except TimeoutError:
-                _read(broker, request, version, body := SplicedBody(None))
+                _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
                 return body
 
 
@@ -107,9 +107,10 @@ def _partition(
             log_obj, part.fetch_offset, max_bytes, read_committed=committed, min_one_batch=whole_first
         )
         size = read.records.size
+        records = None
         if size >= ZERO_COPY_MIN_BYTES and len(body.regions) < ZERO_COPY_MAX_REGIONS:
-            records = body.add(read.records)
-        else:
+            records = body.add(read.records)  # None: the listener's share of descriptors is taken
+        if records is None:
             records = read.records.read()
     except (SeglogError, OSError) as exc:
         code = error_code(exc)

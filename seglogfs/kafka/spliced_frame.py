@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seglogfs.fetch_data_info import FileSlice
+
+from .zero_copy_descriptors import ZeroCopyDescriptors
 
 __all__ = ["FileRegion", "SplicedBody", "SplicedFrame", "splice"]
 
@@ -22,6 +25,16 @@ class FileRegion:
     file: object  # an unbuffered binary file (os.fdopen(fd, "rb", buffering=0))
     position: int
     size: int
+    release: Callable[[], None] | None = None  # gives the descriptor's place back, once
+
+    def close(self) -> None:
+        """Close the file and give its descriptor's place back (again: nothing)."""
+        release, self.release = self.release, None
+        if release is not None:
+            try:
+                self.file.close()  # type: ignore[attr-defined]
+            finally:
+                release()
 
 
 @dataclass(slots=True)
@@ -30,20 +43,28 @@ class SplicedBody:
     for. Owns the regions' files until :func:`splice` hands them to a frame."""
 
     entity: object
+    descriptors: ZeroCopyDescriptors
     regions: dict[bytes, FileRegion] = field(default_factory=dict)
 
-    def add(self, records: FileSlice) -> bytes:
+    def add(self, records: FileSlice) -> bytes | None:
         """A marker standing for ``records``, whose file is opened now (it stays the same file whatever
-        retention or the cleaner do before the frame is sent)."""
+        retention or the cleaner do before the frame is sent); None when the listener holds all the
+        descriptors it may (the caller copies the records)."""
+        if not self.descriptors.acquire():
+            return None
+        try:
+            file = os.fdopen(records.open(), "rb", buffering=0)
+        except BaseException:
+            self.descriptors.release()
+            raise
         marker = os.urandom(MARKER_BYTES)
-        file = os.fdopen(records.open(), "rb", buffering=0)
-        self.regions[marker] = FileRegion(file, records.position, records.size)
+        self.regions[marker] = FileRegion(file, records.position, records.size, self.descriptors.release)
         return marker
 
     def close(self) -> None:
         """Close the files of regions no frame took."""
         for region in self.regions.values():
-            region.file.close()  # type: ignore[attr-defined]
+            region.close()
         self.regions.clear()
 
 
@@ -73,7 +94,7 @@ class SplicedFrame:
         """Close the regions' files."""
         for part in self.parts:
             if isinstance(part, FileRegion):
-                part.file.close()  # type: ignore[attr-defined]
+                part.close()
 
 
 def splice(frame: bytes, body: SplicedBody, *, flexible: bool) -> SplicedFrame:

@@ -1,0 +1,226 @@
+"""Fetch's zero-copy path against hostile clients and files: clients that vanish or stop reading
+mid-response, many large partitions, a segment cut under the daemon."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from support.kafka_fixture import kafka_port
+from support.kafka_wire import WireClient
+from support.mount_fixture import Seglogd, fuse_required, make_seglogd
+
+from seglogfs.kafka.messages import make
+
+pytestmark = fuse_required
+
+BIG = "big-0"
+PARTITIONS = 40
+NOFILE = 512  # the daemon's soft and hard RLIMIT_NOFILE
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
+    logs = {BIG: {}, **{f"many-{p}": {} for p in range(PARTITIONS)}}
+    daemon = make_seglogd(tmp_path_factory.mktemp("fetch"), logs=logs,
+                          defaults={"segment.bytes": "64MiB", "max.message.bytes": 1 << 20})
+    daemon.settings["kafka"] = {"listeners": "PLAINTEXT://127.0.0.1:0"}
+    daemon.write_config()
+    daemon.extra["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+    daemon.start()
+    daemon.extra["port"] = kafka_port(daemon)
+    try:
+        line = b"%08d " + b"x" * 90 + b"\n"
+        data = b"".join(line % i for i in range(60_000))  # about 6 MB
+        for at in range(0, len(data), 500_000):
+            with open(daemon.mount / BIG / "append", "ab") as f:
+                f.write(data[at:at + 500_000])
+        for p in range(PARTITIONS):
+            with open(daemon.mount / f"many-{p}" / "append", "ab") as f:
+                f.write(b"".join(b"p%02d %06d %s\n" % (p, i, b"m" * 40) for i in range(1000)))
+        yield daemon
+    finally:
+        daemon.cleanup()
+
+
+def _fetch(version: int, asks: list[tuple[str, int, int]], max_bytes: int = 50 << 20,
+           isolation: int = 0) -> object:
+    cls = load_request_schema(1, version)
+    topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+    part_cls = topic_cls.__dataclass_fields__["partitions"].type.__args__[0]
+    topics = tuple(
+        make(topic_cls, topic=log.rsplit("-", 1)[0],
+             partitions=(make(part_cls, partition=int(log.rsplit("-", 1)[1]), fetch_offset=offset,
+                              partition_max_bytes=limit),))
+        for log, offset, limit in asks
+    )
+    return make(cls, replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=max_bytes,
+                isolation_level=isolation, topics=topics, forgotten_topics_data=())
+
+
+def _fds(daemon: Seglogd) -> int:
+    assert daemon.proc is not None
+    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
+
+
+def _segment(daemon: Seglogd, log: str) -> bytes:
+    return (daemon.data_dir / log / "00000000000000000000.log").read_bytes()
+
+
+def _healthy(daemon: Seglogd) -> None:
+    assert daemon.proc is not None and daemon.proc.poll() is None
+    client = WireClient(daemon.extra["port"])
+    try:
+        response = client.request(1, 12, _fetch(12, [(BIG, 0, 40_000)]))
+        [data] = response.responses[0].partitions
+        assert data.error_code == ErrorCode.none
+        assert data.records == _segment(daemon, BIG)[:len(data.records)]
+    finally:
+        client.close()
+
+
+def test_many_large_partitions_are_each_their_segment_bytes(daemon: Seglogd) -> None:
+    """More large partitions than a response sends from files: every one is its bytes."""
+    client = WireClient(daemon.extra["port"])
+    for version in (4, 12):
+        asks = [(f"many-{p}", 0, 1 << 20) for p in range(PARTITIONS)]
+        response = client.request(1, version, _fetch(version, asks))
+        got = {t.topic + "-" + str(p.partition_index): p for t in response.responses for p in t.partitions}
+        for p in range(PARTITIONS):
+            data = got[f"many-{p}"]
+            assert data.error_code == ErrorCode.none
+            assert data.records == _segment(daemon, f"many-{p}")
+    client.close()
+
+
+def test_clients_that_vanish_or_stall_mid_response_leak_nothing(daemon: Seglogd) -> None:
+    """Clients closing mid-response, or stalled then closing: no descriptor left, daemon serves."""
+    _healthy(daemon)
+    before = _fds(daemon)
+    request = _fetch(12, [(BIG, 0, 50 << 20)] + [(f"many-{p}", 0, 1 << 20) for p in range(3)])
+    for i in range(30):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", daemon.extra["port"]))
+        client = WireClient.__new__(WireClient)
+        client.sock, client.correlation = sock, 0
+        client.send_raw(client.frame(1, 12, request) * 2)
+        if i % 3 == 0:
+            sock.recv(1000)
+        elif i % 3 == 1:
+            time.sleep(0.05)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0) if i % 2 else
+                        struct.pack("ii", 0, 0))
+        sock.close()
+    deadline = time.monotonic() + 10
+    while _fds(daemon) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _fds(daemon) <= before
+    _healthy(daemon)
+
+
+def test_a_slow_reader_gets_every_pipelined_frame_whole(daemon: Seglogd) -> None:
+    """A reader with a small buffer: large spliced frames and small ones after them, intact."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", daemon.extra["port"]))
+    sock.settimeout(30)
+    client = WireClient.__new__(WireClient)
+    client.sock, client.correlation = sock, 0
+    segment = _segment(daemon, BIG)
+    asks = [(0, 3 << 20), (100, 10), (30_000, 1 << 20), (59_999, 1)]
+    for version in (4, 7, 11, 12):
+        frames = [client.frame(1, version, _fetch(version, [(BIG, offset, limit)])) for offset, limit in asks]
+        client.send_raw(b"".join(frames))
+        for correlation in range(client.correlation - len(asks) + 1, client.correlation + 1):
+            response = client.read_response(1, version, correlation)
+            [data] = response.responses[0].partitions
+            assert data.error_code == ErrorCode.none
+            records = data.records
+            assert records and records in segment
+    client.close()
+
+
+def _stalled_client(daemon: Seglogd) -> WireClient:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", daemon.extra["port"]))
+    sock.settimeout(20)
+    client = WireClient.__new__(WireClient)
+    client.sock, client.correlation = sock, 0
+    return client
+
+
+def test_a_segment_cut_while_it_is_sent_never_completes_the_frame(daemon: Seglogd) -> None:
+    """The segment file cut (``truncate -s``) while a stalled client's response is being sent from it:
+    the frame is never completed (the connection ends), its bytes up to the cut are true, and the
+    daemon serves on. (Bytes past the cut already queued on the socket are the file's pages, which
+    the kernel may zero: docs/kafka-listener.md, Fetch.)"""
+    log = "cut-0"
+    (daemon.mount / log).mkdir()
+    data = b"".join(b"cut %06d %s\n" % (i, b"c" * 90) for i in range(30_000))
+    for at in range(0, len(data), 500_000):
+        with open(daemon.mount / log / "append", "ab") as f:
+            f.write(data[at:at + 500_000])
+    request = _fetch(12, [(log, 0, 50 << 20)])
+    whole = WireClient(daemon.extra["port"])
+    whole.send_raw(whole.frame(1, 12, request))
+    expected = whole.recv_frame()
+    whole.close()
+    segment = _segment(daemon, log)
+    assert expected is not None and segment in expected
+    client = _stalled_client(daemon)
+    client.send_raw(client.frame(1, 12, request))
+    time.sleep(0.3)  # the daemon is now blocked sending from the file
+    cut = len(segment) // 2
+    os.truncate(daemon.data_dir / log / "00000000000000000000.log", cut)
+    got = b""
+    try:
+        while chunk := client.sock.recv(1 << 16):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    client.close()
+    assert len(got) < 4 + len(expected)
+    true = expected.index(segment) + cut  # the frame's bytes before the cut's position
+    assert got[4:4 + true] == expected[:min(true, len(got) - 4)]
+    _healthy(daemon)
+
+def test_stalled_clients_never_take_the_daemons_descriptors(daemon: Seglogd) -> None:
+    """Clients that stop reading large responses hold each response's files: together they stay
+    within a share of RLIMIT_NOFILE (past it partitions are copied), so other clients' fetches and the
+    mount keep working and every partition is still its segment bytes."""
+    before = _fds(daemon)
+    asks = [(BIG, 0, 50 << 20)] + [(f"many-{p}", 0, 1 << 20) for p in range(PARTITIONS)]
+    stalled = []
+    for _ in range(NOFILE // 32):
+        client = _stalled_client(daemon)
+        client.send_raw(client.frame(1, 12, _fetch(12, asks)))
+        stalled.append(client)
+    time.sleep(0.5)  # every response now blocked on its client
+    try:
+        assert _fds(daemon) - before <= NOFILE // 4
+        client = WireClient(daemon.extra["port"])
+        response = client.request(1, 12, _fetch(12, asks))
+        client.close()
+        got = {t.topic + "-" + str(p.partition_index): p for t in response.responses for p in t.partitions}
+        for log, _, _ in asks:
+            assert got[log].error_code == ErrorCode.none, log
+            assert got[log].records == _segment(daemon, log)[:len(got[log].records)]
+        for p in range(PARTITIONS):
+            assert (daemon.mount / f"many-{p}" / "records").read_bytes().count(b"\n") == 1000
+    finally:
+        for client in stalled:
+            client.close()
+    deadline = time.monotonic() + 10
+    while _fds(daemon) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _fds(daemon) <= before
