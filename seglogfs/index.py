@@ -58,6 +58,10 @@ class EmptyIndex:
         """No entry on either side: scan from the start."""
         return OffsetPosition(self.base_offset, 0), None
 
+    def position_floor(self, position: int) -> int:
+        """No entry at or before ``position``: a walk starts where its caller does."""
+        return -1
+
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """No entries."""
         return np.zeros(0, np.int64), np.zeros(0, np.int64)

@@ -10,6 +10,7 @@ import struct
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from kio.index import load_request_schema
@@ -18,7 +19,10 @@ from support.kafka_fixture import kafka_port
 from support.kafka_wire import WireClient
 from support.mount_fixture import Seglogd, fuse_required, make_seglogd
 
+from seglogfs.config import LogConfig
 from seglogfs.kafka.messages import make
+from seglogfs.log import Log
+from seglogfs.records import iter_batch_headers
 
 pytestmark = fuse_required
 
@@ -75,6 +79,11 @@ def _segment(daemon: Seglogd, log: str) -> bytes:
     return (daemon.data_dir / log / "00000000000000000000.log").read_bytes()
 
 
+def _by_log(response: object) -> dict[str, object]:
+    """A Fetch response's partitions by log name (topic-partition)."""
+    return {f"{t.topic}-{p.partition_index}": p for t in response.responses for p in t.partitions}  # type: ignore[attr-defined]
+
+
 def _healthy(daemon: Seglogd) -> None:
     assert daemon.proc is not None and daemon.proc.poll() is None
     client = WireClient(daemon.extra["port"])
@@ -93,7 +102,7 @@ def test_many_large_partitions_are_each_their_segment_bytes(daemon: Seglogd) -> 
     for version in (4, 12):
         asks = [(f"many-{p}", 0, 1 << 20) for p in range(PARTITIONS)]
         response = client.request(1, version, _fetch(version, asks))
-        got = {t.topic + "-" + str(p.partition_index): p for t in response.responses for p in t.partitions}
+        got = _by_log(response)
         for p in range(PARTITIONS):
             data = got[f"many-{p}"]
             assert data.error_code == ErrorCode.none
@@ -211,7 +220,7 @@ def test_stalled_clients_never_take_the_daemons_descriptors(daemon: Seglogd) -> 
         client = WireClient(daemon.extra["port"])
         response = client.request(1, 12, _fetch(12, asks))
         client.close()
-        got = {t.topic + "-" + str(p.partition_index): p for t in response.responses for p in t.partitions}
+        got = _by_log(response)
         for log, _, _ in asks:
             assert got[log].error_code == ErrorCode.none, log
             assert got[log].records == _segment(daemon, log)[:len(got[log].records)]
@@ -224,3 +233,75 @@ def test_stalled_clients_never_take_the_daemons_descriptors(daemon: Seglogd) -> 
     while _fds(daemon) > before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _fds(daemon) <= before
+
+
+def test_mixed_responses_in_every_version_are_whole_batches_within_the_limits(daemon: Seglogd) -> None:
+    """Sent-from-file, copied, empty and failed partitions in one response, v4..v12, pipelined: each
+    frame decodes, each partition is its segment's whole batches from the fetch offset, the first
+    partition with data whole, the rest within what is left of the response's max_bytes."""
+    segments = {log: _segment(daemon, log) for log in [BIG] + [f"many-{p}" for p in range(4)]}
+    headers = {log: list(iter_batch_headers(data)) for log, data in segments.items()}
+    cases = [  # (asks, response max_bytes)
+        ([(BIG, 30_000, 200_000), ("nosuch-0", 0, 1000), ("many-0", 0, 1 << 20), ("many-1", 1000, 1 << 20),
+          ("many-2", 10, 100), ("many-3", 500, 40_000)], 50 << 20),
+        ([("many-1", 1000, 1 << 20), (BIG, 59_000, 1 << 20), ("many-0", 0, 1 << 20), ("many-2", 0, 1 << 20)],
+         120_000),
+        ([("many-3", 0, 10), (BIG, 0, 1 << 20), ("many-0", 0, 1 << 20)], 1_200_000),
+    ]
+    client = WireClient(daemon.extra["port"])
+    for version in range(4, 13):
+        frames = [client.frame(1, version, _fetch(version, asks, max_bytes)) for asks, max_bytes in cases]
+        client.send_raw(b"".join(frames))
+        for correlation, (asks, max_bytes) in enumerate(cases, start=client.correlation - len(cases) + 1):
+            response = client.read_response(1, version, correlation)
+            got = _by_log(response)
+            left, first = max_bytes, True
+            for log, offset, limit in asks:
+                data = got[log]
+                if log not in segments:
+                    assert data.error_code != ErrorCode.none and not data.records
+                    continue
+                assert data.error_code == ErrorCode.none, (version, log)
+                records = data.records or b""
+                batches = [h for h in headers[log] if h.last_offset >= offset]
+                if not batches:
+                    assert records == b""
+                    continue
+                start = batches[0].position
+                assert records == segments[log][start:start + len(records)], (version, log)
+                bound = min(limit, left)
+                ends = [h.position + h.size - start for h in batches]
+                fitting = [end for end in ends if end <= bound]
+                want = max(fitting, default=ends[0] if first else 0)
+                assert len(records) == want, (version, log, len(records), want)
+                left -= len(records)
+                first = first and not records
+    client.close()
+
+
+def test_a_read_only_daemon_fetches_from_a_segment_without_its_index(tmp_path: Path) -> None:
+    """A read-only daemon over a segment whose .index is gone (lookups scan): a Fetch within a byte
+    limit is still answered with the whole batches that fit, not a closed connection."""
+    data_dir = tmp_path / "data"
+    with Log.open(data_dir / "noindex-0", LogConfig(), create=True) as log:
+        for chunk in range(50):
+            log.append_values([b"r %d %d %s" % (chunk, i, b"i" * 200) for i in range(40)])
+    (data_dir / "noindex-0" / "00000000000000000000.index").unlink()
+    daemon = make_seglogd(tmp_path, data_dir=data_dir, read_only=True, logs={"noindex-0": {}})
+    daemon.settings["kafka"] = {"listeners": "PLAINTEXT://127.0.0.1:0"}
+    daemon.write_config()
+    try:
+        daemon.start()
+        client = WireClient(kafka_port(daemon))
+        response = client.request(1, 12, _fetch(12, [("noindex-0", 100, 50_000)]))
+        client.close()
+        assert response is not None, daemon.stderr()
+        [data] = response.responses[0].partitions
+        assert data.error_code == ErrorCode.none
+        segment = _segment(daemon, "noindex-0")
+        ends = [h.position + h.size for h in iter_batch_headers(segment)]
+        first = next(h for h in iter_batch_headers(segment) if h.last_offset >= 100).position
+        assert len(data.records) == max(end for end in ends if end - first <= 50_000) - first
+        assert data.records == segment[first:first + len(data.records)]
+    finally:
+        daemon.cleanup()
