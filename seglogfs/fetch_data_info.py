@@ -63,7 +63,12 @@ def read_fetch_data(
     empty = FetchDataInfo(EMPTY, end, log.last_stable_offset, start, () if read_committed else None)
     if offset >= (empty.last_stable_offset if read_committed else end):
         return empty
-    segment, first = log.lookup(offset)
+    try:
+        segment, first = log.lookup(offset)
+    except OffsetOutOfRangeError:
+        if log.start_offset <= offset:  # an append moved the end offset first: its batch comes next
+            return empty
+        raise
     if first.size > max_bytes and not min_one_batch:
         return empty
     # The segment's published size before the end offset: a log moves its end offset first, so every
