@@ -83,6 +83,8 @@ class SplicedFrame:
                 if isinstance(part, bytes):
                     writer.write(part)
                     continue
+                if writer.transport.is_closing():  # loop.sendfile would raise RuntimeError
+                    raise ConnectionError("the client went away during a Fetch response")
                 sent = await loop.sendfile(writer.transport, part.file, part.position, part.size)  # type: ignore[arg-type]
                 if sent != part.size:
                     raise ConnectionError(f"a segment file ended {part.size - sent} bytes short of a Fetch")
