@@ -5,6 +5,7 @@ caller can send the bytes straight from the file (``sendfile``) or read them."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .errors import OffsetOutOfRangeError
@@ -30,10 +31,16 @@ class FileSlice:
 
     def open(self) -> int:
         """A descriptor of the file the caller owns and closes: it stays the same file whatever
-        retention or the cleaner do meanwhile (FileNotFoundError once its segment was purged)."""
+        retention or the cleaner do meanwhile (FileNotFoundError once its segment was purged), with a
+        file position of its own at 0 (the segment's descriptors are duplicates sharing one: a caller
+        that reads from the position, as asyncio's sendfile fallback does, must not move others')."""
         if self.segment is None:
             raise ValueError("an empty slice has no file")
-        return self.segment.open_reader_fd()
+        shared = self.segment.open_reader_fd()
+        try:
+            return os.open(f"/proc/self/fd/{shared}", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            os.close(shared)
 
 
 EMPTY = FileSlice(None, 0, 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from support.kafka_fixture import kafka_port
+from support.kafka_certs import make_certs
+from support.kafka_fixture import kafka_port, start_kafka_daemon
 from support.kafka_wire import WireClient
 from support.mount_fixture import Seglogd, fuse_required, make_seglogd
 
@@ -305,5 +307,43 @@ def test_a_read_only_daemon_fetches_from_a_segment_without_its_index(tmp_path: P
         first = next(h for h in iter_batch_headers(segment) if h.last_offset >= 100).position
         assert len(data.records) == max(end for end in ends if end - first <= 50_000) - first
         assert data.records == segment[first:first + len(data.records)]
+    finally:
+        daemon.cleanup()
+
+
+def test_tls_fetches_from_a_segments_start_are_its_bytes_every_time(tmp_path: Path) -> None:
+    """Over TLS asyncio reads each range from its descriptor's file position and seeks only to a
+    non-zero start: fetches of a segment's first batches, again and again, on two connections taking
+    turns, are each the segment's bytes (not cut short after the first one)."""
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    daemon = start_kafka_daemon(tmp_path, logs={"tls-0": {}}, kafka={
+        "listeners": "SSL://127.0.0.1:0", "ssl.certfile": str(certs.server),
+        "ssl.keyfile": str(certs.server_key), "ssl.cafile": str(certs.ca), "ssl.client.auth": "required",
+    })
+    try:
+        with open(daemon.mount / "tls-0" / "append", "ab") as f:
+            f.write(b"".join(b"tls %06d %s\n" % (i, b"t" * 90) for i in range(2000)))
+        segment = _segment(daemon, "tls-0")
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        context.load_cert_chain(str(certs.client), str(certs.client_key))
+        context.check_hostname = False
+        clients = []
+        for _ in range(2):
+            client = WireClient.__new__(WireClient)
+            client.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", daemon.extra["port"])))
+            client.sock.settimeout(20)
+            client.correlation = 0
+            clients.append(client)
+        for turn in range(6):
+            client = clients[turn % 2]
+            offset = 0 if turn % 3 else 1000
+            response = client.request(1, 12, _fetch(12, [("tls-0", offset, 1 << 20)]))
+            assert response is not None, f"turn {turn}: the connection closed"
+            [data] = response.responses[0].partitions
+            assert data.error_code == ErrorCode.none
+            assert len(data.records) >= 32 << 10 and data.records in segment
+        for client in clients:
+            client.close()
     finally:
         daemon.cleanup()
