@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import OffsetOutOfRangeError
+from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .log import Log
 from .segment import LogSegment
 
@@ -31,16 +31,25 @@ class FileSlice:
 
     def open(self) -> int:
         """A descriptor of the file the caller owns and closes: it stays the same file whatever
-        retention or the cleaner do meanwhile (FileNotFoundError once its segment was purged), with a
+        retention or the cleaner do meanwhile (FileNotFoundError once its segment was purged,
+        CorruptRecordError when the file no longer holds the slice: cut under the process), with a
         file position of its own at 0 (the segment's descriptors are duplicates sharing one: a caller
         that reads from the position, as asyncio's sendfile fallback does, must not move others')."""
         if self.segment is None:
             raise ValueError("an empty slice has no file")
         shared = self.segment.open_reader_fd()
         try:
-            return os.open(f"/proc/self/fd/{shared}", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(f"/proc/self/fd/{shared}", os.O_RDONLY | os.O_CLOEXEC)
         finally:
             os.close(shared)
+        ends = os.fstat(fd).st_size
+        if ends < self.position + self.size:  # as read() finds it: a sender would stop short mid-frame
+            os.close(fd)
+            raise CorruptRecordError(
+                f"the file ends at position {ends}, before the {self.position + self.size} bytes of a "
+                "fetch (cut while open)", self.segment.log_path, ends,
+            )
+        return fd
 
 
 EMPTY = FileSlice(None, 0, 0)

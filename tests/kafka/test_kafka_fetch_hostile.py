@@ -35,7 +35,7 @@ NOFILE = 512  # the daemon's soft and hard RLIMIT_NOFILE
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
-    logs = {BIG: {}, **{f"many-{p}": {} for p in range(PARTITIONS)}}
+    logs = {BIG: {}, "sealed-0": {"segment.bytes": "1MiB"}, **{f"many-{p}": {} for p in range(PARTITIONS)}}
     daemon = make_seglogd(tmp_path_factory.mktemp("fetch"), logs=logs,
                           defaults={"segment.bytes": "64MiB", "max.message.bytes": 1 << 20})
     daemon.settings["kafka"] = {"listeners": "PLAINTEXT://127.0.0.1:0"}
@@ -347,3 +347,33 @@ def test_tls_fetches_from_a_segments_start_are_its_bytes_every_time(tmp_path: Pa
             client.close()
     finally:
         daemon.cleanup()
+
+
+def test_a_segment_cut_before_a_fetch_is_a_partition_error_whatever_the_range_size(daemon: Seglogd) -> None:
+    """A sealed segment cut under the daemon, then fetched across the cut: a small range (copied) and
+    a large one (sent from the file) both get CORRUPT_MESSAGE for that partition, on a connection that
+    stays open for the other partitions, rather than a connection closed at every retry."""
+    log = "sealed-0"
+    with open(daemon.mount / log / "append", "ab") as f:  # a batch a write; a roll at 1 MiB
+        for chunk in range(120):
+            f.write(b"".join(b"sealed %d %06d %s\n" % (chunk, i, b"s" * 90) for i in range(100)))
+            f.flush()
+    files = sorted((daemon.data_dir / log).glob("*.log"))
+    assert len(files) >= 2
+    first = files[0].read_bytes()
+    cut = len(first) // 2
+    os.truncate(files[0], cut)
+    across = next(h for h in iter_batch_headers(first) if h.position + h.size > cut)
+    before = next(h for h in iter_batch_headers(first) if h.position + h.size == across.position)
+    small = before.size + across.size
+    assert small < 32 << 10
+    client = WireClient(daemon.extra["port"])
+    for offset, limit in ((before.base_offset, small), (0, 1 << 20)):  # copied, then from the file
+        asks = [(log, offset, limit), ("many-0", 0, 1 << 20)]
+        response = client.request(1, 12, _fetch(12, asks))
+        assert response is not None, f"limit {limit}: the connection closed"
+        got = _by_log(response)
+        assert got[log].error_code == ErrorCode.corrupt_message, limit
+        assert got["many-0"].error_code == ErrorCode.none
+        assert got["many-0"].records == _segment(daemon, "many-0")
+    client.close()
