@@ -37,11 +37,13 @@ class FileSlice:
         that reads from the position, as asyncio's sendfile fallback does, must not move others')."""
         if self.segment is None:
             raise ValueError("an empty slice has no file")
-        shared = self.segment.open_reader_fd()
-        try:
-            fd = os.open(f"/proc/self/fd/{shared}", os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            os.close(shared)
+        fd = self.segment.open_reader_fd()
+        if _PROC_FD:  # without /proc the duplicate it is, sharing the position
+            shared = fd
+            try:
+                fd = os.open(f"/proc/self/fd/{shared}", os.O_RDONLY | os.O_CLOEXEC)
+            finally:
+                os.close(shared)
         ends = os.fstat(fd).st_size
         if ends < self.position + self.size:  # as read() finds it: a sender would stop short mid-frame
             os.close(fd)
@@ -53,6 +55,7 @@ class FileSlice:
 
 
 EMPTY = FileSlice(None, 0, 0)
+_PROC_FD = os.path.isdir("/proc/self/fd")
 
 
 @dataclass(frozen=True, slots=True)
