@@ -49,7 +49,7 @@ BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
 GROUP_READER = """
 import sys
 from confluent_kafka import Consumer
-consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "bench-readers",
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2] + "-readers",
                      "auto.offset.reset": "earliest", "enable.auto.commit": True})
 consumer.subscribe([sys.argv[2]])
 print("ready", flush=True)
@@ -73,6 +73,7 @@ while True:
 
 def mount_append(mount: Path, lines: Path, n: int, log: str) -> float:
     (mount / log).mkdir(exist_ok=True)
+    os.sync()  # no writeback of what came before competes with this append
     start = time.perf_counter()
     subprocess.run(f"cat {lines} > {mount}/{log}/append", shell=True, check=True)
     return n / (time.perf_counter() - start)
@@ -293,23 +294,61 @@ def client_rows(server: str, lines: Path, n: int, latency_seconds: float) -> lis
     return rows
 
 
+def median_row(
+    what: str, figures: list[float], off: float, notes: list[str] | None = None
+) -> tuple[str, str]:
+    """A mount row: the median of the rounds, its ratio to the append with the listener off, the rounds."""
+    middle = statistics.median(figures)
+    ratio = f" ({middle / off:.2f}x)" if off else ""
+    rounds = ", ".join(f"{x / 1e6:.2f}" + (f" [{note}]" if notes else "") for x, note in
+                       zip(figures, notes or [""] * len(figures), strict=True))
+    return what, f"{middle:,.0f} rec/s{ratio}; rounds (M/s): {rounds}"
+
+
+def mount_rows(server: str, broker: str, mount: Path, lines: Path, n: int, rounds: int,
+               off: list[float]) -> list[tuple[str, str]]:
+    """The mount's append with the listener on: idle, under a consumer of the log it writes, and under
+    a consumer reading a backlog from the broker, interleaved round by round."""
+    idle, read, floor, read_cpu, floor_cpu = [], [], [], [], []
+    for r in range(rounds):
+        idle.append(mount_append(mount, lines, n, f"idle{r}-0"))
+        (mount / f"read{r}-0").mkdir()  # the consumer is assigned the log before the append starts
+        rate, busy = mount_append_while_read(server, f"read{r}", mount, lines, n, f"read{r}-0")
+        read.append(rate)
+        read_cpu.append(f"consumer {busy:.0%} of a core")
+        rate, busy = mount_append_while_read(broker, "backlog", mount, lines, n, f"floor{r}-0", backlog=True)
+        floor.append(rate)
+        floor_cpu.append(f"consumer {busy:.0%} of a core")
+    base = statistics.median(off)
+    return [
+        median_row("mount: cat 100-byte lines > append, listener off", off, 0),
+        median_row("  the same, listener on and idle", idle, base),
+        median_row("  while a consumer-group member reads that log through the listener",
+                   read, base, read_cpu),
+        median_row("  while a consumer reads a backlog from the Kafka broker (the machine's floor)",
+                   floor, base, floor_cpu),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the mount's appends")
     args = parser.parse_args()
     n = args.records
-    mount_rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
         base = Path(tmp)
         lines = base / "lines.txt"
         lines.write_bytes((b"y" * 99 + b"\n") * n)
         mount = base / "mnt"
         with running_broker(base / "broker", jvm_options=BROKER_JVM) as broker:
+            backlog = ["kcat", "-b", broker.bootstrap, "-P", "-t", "backlog", "-l", str(lines)]
+            subprocess.run(backlog, check=True)
             config = write_config(base / "off.yaml", base / "data-off", mount, {"segment.bytes": "1GiB"}, {})
             proc = start_seglogd(config, mount, "multi")
             try:
-                off = mount_append(mount, lines, n, "off-0")
+                off = [mount_append(mount, lines, n, f"off{r}-0") for r in range(args.rounds)]
             finally:
                 stop_seglogd(proc, mount)
             config = write_config(base / "seglogfs.yaml", base / "data", mount, {"segment.bytes": "1GiB"}, {},
@@ -317,33 +356,21 @@ def main() -> int:
             proc = start_seglogd(config, mount, "multi")
             try:
                 server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"
+                appends = mount_rows(server, broker.bootstrap, mount, lines, n, args.rounds, off)
                 seglogd_rows = client_rows(server, lines, n, args.latency_seconds)
                 kafka_rows = client_rows(broker.bootstrap, lines, n, args.latency_seconds)
-                idle = mount_append(mount, lines, n, "idle-0")
-                (mount / "read-0").mkdir()  # the consumer is assigned the log before the append starts
-                read, read_cpu = mount_append_while_read(server, "read", mount, lines, n, "read-0")
-                floor, floor_cpu = mount_append_while_read(broker.bootstrap, "p", mount, lines, n, "floor-0",
-                                                backlog=True)
             finally:
                 stop_seglogd(proc, mount)
-        mount_rows += [
-            ("mount: cat 100-byte lines > append, listener off", f"{off:,.0f} rec/s"),
-            ("  the same, listener on and idle", f"{idle:,.0f} rec/s ({idle / off:.2f}x)"),
-            ("  while a consumer-group member reads that log through the listener",
-             f"{read:,.0f} rec/s ({read / off:.2f}x; consumer {read_cpu:.0%} of a core)"),
-            ("  while a consumer reads a backlog from the Kafka broker (the machine's floor)",
-             f"{floor:,.0f} rec/s ({floor / off:.2f}x; consumer {floor_cpu:.0%} of a core)"),
-        ]
         asyncio_rate = asyncio_floor()
-    width = max(len(what) for what, _ in seglogd_rows + mount_rows)
+    width = max(len(what) for what, _ in seglogd_rows)
     print(f"{n:,} records of 100 bytes, loopback")
     print(f"{'':<{width}}  {'seglogd':>28}  {'Apache Kafka ' + (kafka_version() or ''):>28}")
     for (what, ours), (_, theirs) in zip(seglogd_rows, kafka_rows, strict=True):
         print(f"{what:<{width}}  {ours:>28}  {theirs:>28}")
-    for what, figure in mount_rows:
-        print(f"{what:<{width}}  {figure:>28}")
     print(f"{'asyncio floor: 1 MiB frames in, 5 in flight, one answer each':<{width}}  "
           f"{asyncio_rate:,.0f} rec/s equiv.")
+    for what, figure in appends:
+        print(f"{what}\n    {figure}")
     return 0
 
 

@@ -63,7 +63,7 @@ _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
     "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "connections.max.idle.ms",
-    "group.min.session.timeout.ms", "group.max.session.timeout.ms", *SECURITY_KEYS,
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "loopback.users", *SECURITY_KEYS,
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -334,6 +334,8 @@ def _kafka_settings(settings: _Settings) -> ListenerConfig | None:
             values["auto_create_topics"] = settings.boolean(
                 "kafka.auto.create.topics.enable", kafka["auto.create.topics.enable"]
             )
+        if "loopback.users" in kafka:
+            values["loopback_users"] = kafka["loopback.users"]
         config = ListenerConfig(**values, security=parse_security(kafka))
         if listener.protocol in ("SSL", "SASL_SSL"):
             server_context(config.security)  # the files are read now, so that a bad one is a config error

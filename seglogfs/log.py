@@ -878,6 +878,26 @@ class Log:
             )
         return visible
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """Kafka's MAX_TIMESTAMP lookup: (timestamp, offset) of the first record holding the log's
+        largest timestamp, None when no record has one. Work: one look at each segment's cached max,
+        then the batches from the one the time index names (the record within its batch)."""
+        segments = self._segments.all
+        best = max(segments, key=lambda segment: segment.max_timestamp, default=None)  # the first of equals
+        if best is None or best.max_timestamp < 0:
+            return None
+        stamp, shallow = best.max_timestamp, best.offset_of_max_timestamp
+        for segment, header, data in self.iter_batches(max(shallow, self._start_offset)):
+            if segment is not best:
+                break
+            if header.max_timestamp != stamp:
+                continue
+            for record in decode_batch(data, header.at(0), path=segment.log_path):
+                if record.timestamp == stamp and record.offset >= self._start_offset:
+                    return stamp, record.offset
+            return stamp, header.last_offset  # a control batch: its own offset, as Kafka's shallow one
+        return None
+
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
         for segment in self._segments.all:
             if segment.max_timestamp < timestamp_ms and segment is not self._segments.active:

@@ -444,6 +444,13 @@ class LogSegment:
             self._max_timestamp, self._offset_of_max_timestamp = ts, offset
         return self._max_timestamp
 
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """The last offset of the first batch holding :attr:`max_timestamp` (Kafka's shallow
+        offsetOfMaxTimestampSoFar)."""
+        _ = self.max_timestamp
+        return self._offset_of_max_timestamp
+
     def largest_timestamp(self) -> int:
         """The timestamp retention judges this segment by: max timestamp, else the .log mtime."""
         ts = self.max_timestamp

@@ -1,8 +1,8 @@
 """The APIs the listener serves and at which versions: what ApiVersions announces, nothing more.
 
 The ranges are those kio has schemas for, capped where a later version needs what the listener does
-not have: Produce and Fetch stop at 12 (13 names topics by id), ListOffsets at 6 (7 asks for the
-offset of the largest timestamp). No transaction API is announced.
+not have: Produce and Fetch stop at 12 (13 names topics by id), ListOffsets at 10 (11 asks for the
+earliest offset pending upload to tiered storage). No transaction API is announced.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 13, 14, 15, 16
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 12),
     FETCH: (4, 12),
-    LIST_OFFSETS: (1, 6),
+    LIST_OFFSETS: (1, 10),
     METADATA: (0, 12),
     API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),

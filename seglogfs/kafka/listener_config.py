@@ -78,7 +78,15 @@ class ListenerConfig:
     max_idle_ms: int = DEFAULT_MAX_IDLE_MS
     min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
+    #: who a listener that does not authenticate serves: "owner" (the daemon's user and root, as the
+    #: mount without fuse.allow_other) or "everyone" on this host
+    loopback_users: str = "owner"
     security: ListenerSecurity = field(default_factory=ListenerSecurity)
+
+    @property
+    def checks_local_users(self) -> bool:
+        """Whether a connection is served only when its client runs as the daemon's user or root."""
+        return self.loopback_users == "owner" and not self.security.authenticates(self.listener.protocol)
 
     def __post_init__(self) -> None:
         protocol = self.listener.protocol
@@ -93,6 +101,8 @@ class ListenerConfig:
                 "clients on other machines would read and write without authentication; use "
                 "SASL_PLAINTEXT or SASL_SSL (SCRAM-SHA-256), or SSL with ssl.client.auth: required",
             )
+        if self.loopback_users not in ("owner", "everyone"):
+            raise ConfigError("kafka.loopback.users", self.loopback_users, "expected owner or everyone")
         if self.max_request_bytes < 1024:
             key = "kafka.socket.request.max.bytes"
             raise ConfigError(key, self.max_request_bytes, "expected at least 1024")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -21,6 +22,7 @@ from .append_waiters import AppendWaiters
 from .broker import Broker
 from .framing import FrameError, peek_api
 from .listener_config import ListenerConfig
+from .loopback_peer import peer_uid
 from .sasl_session import PRE_AUTH_MAX_BYTES, SaslSession
 from .spliced_frame import SplicedFrame
 from .tls import server_context
@@ -135,6 +137,8 @@ class KafkaListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
         try:
+            if self.config.checks_local_users and not await self._local_user_allowed(writer):
+                return
             if self._tls is not None:
                 await writer.start_tls(self._tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
             sasl = None
@@ -152,6 +156,17 @@ class KafkaListener:
         finally:
             self._connections.discard(task)
             writer.close()
+
+    async def _local_user_allowed(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether the client runs as the daemon's user or root (kafka.loopback.users: owner)."""
+        ours, theirs = writer.get_extra_info("sockname"), writer.get_extra_info("peername")
+        uid = await asyncio.to_thread(peer_uid, ours, theirs)  # reads the socket table: off the loop
+        if uid is not None and uid in (0, os.getuid()):
+            return True
+        log.warning("Kafka listener: refusing the connection from %s: its user (uid %s) is neither the "
+                    "daemon's nor root (kafka.loopback.users: owner; authenticate with SASL or TLS "
+                    "client certificates, or set it to everyone)", theirs, uid)
+        return False
 
     async def _requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: SaslSession | None = None

@@ -51,6 +51,8 @@ def test_kafka_names_and_defaults(tmp_path: Path) -> None:
         ("  listeners: PLAINTEXT://127.0.0.1:9092\n  log.dirs: /x\n", "kafka.log.dirs", "unknown setting"),
         ("  advertised.listeners: PLAINTEXT://127.0.0.1:9092\n", "kafka.listeners", "required"),
         ("  listeners: PLAINTEXT://[::1]:9092\n  num.partitions: 0\n", "kafka.num.partitions", "at least 1"),
+        ("  listeners: PLAINTEXT://127.0.0.1:9092\n  loopback.users: all\n", "kafka.loopback.users",
+         "owner or everyone"),
     ],
 )
 def test_refused(tmp_path: Path, kafka: str, key: str, reason: str) -> None:

@@ -101,3 +101,25 @@ def test_offsets_for_times_through_the_broker_against_seglogfs_offset_for_timest
     finally:
         consumer.close()
     assert differences["marker"] > 0 and differences["emptied segment"] > 0  # both cases were met
+
+
+def test_the_largest_timestamps_record_through_the_broker_against_seglogfs(
+    kafka_broker: KafkaBroker, adopted_logs: AdoptedLogs
+) -> None:
+    """ListOffsets' MAX_TIMESTAMP (-3, v7+) asked of the broker with confluent-kafka's admin client, on
+    seglogfs' files, against ``Log.max_timestamp_offset``; EARLIEST (-2) against the log start."""
+    from confluent_kafka import TopicPartition as Partition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    for topic in TOPIC_CONFIGS:
+        with Log.open(adopted_logs.data_dir / f"{topic}-0", LogConfig(), read_only=True) as lg:
+            ours = lg.max_timestamp_offset()
+            start = lg.start_offset
+        asks = {"max": OffsetSpec.max_timestamp(), "earliest": OffsetSpec.earliest()}
+        answers = {
+            what: admin.list_offsets({Partition(topic, 0): spec})[Partition(topic, 0)].result(30)
+            for what, spec in asks.items()
+        }
+        assert (answers["max"].timestamp, answers["max"].offset) == (ours or (-1, -1)), topic
+        assert answers["earliest"].offset == start, topic

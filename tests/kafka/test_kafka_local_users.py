@@ -1,0 +1,48 @@
+"""A listener that does not authenticate serves the daemon's user and root only (as the mount without
+``fuse.allow_other``): another local user's client is refused at connect, named in the daemon log;
+``kafka.loopback.users: everyone`` serves every local user."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from support.kafka_fixture import bootstrap, kcat, start_kafka_daemon
+from support.mount_fixture import Seglogd, fuse_required
+
+pytestmark = [
+    fuse_required,
+    pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"),
+]
+NOBODY = 65534
+
+
+def _kcat_as(uid: int, *args: str) -> subprocess.CompletedProcess:
+    command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "kcat", *args]
+    return subprocess.run(command, capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture(scope="module", params=["owner", "everyone"])
+def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seglogd]:
+    kafka = {} if request.param == "owner" else {"loopback.users": "everyone"}
+    daemon = start_kafka_daemon(tmp_path_factory.mktemp("local-users"), logs={"events-0": {}}, kafka=kafka)
+    daemon.extra["users"] = request.param
+    try:
+        yield daemon
+    finally:
+        daemon.cleanup()
+
+
+def test_another_local_user_is_served_only_when_the_config_says_everyone(daemon: Seglogd) -> None:
+    kcat("-b", bootstrap(daemon), "-P", "-t", "events", input=b"from root\n")  # root: always served
+    theirs = _kcat_as(NOBODY, "-b", bootstrap(daemon), "-C", "-t", "events", "-o", "beginning", "-e", "-q",
+                      "-m", "5")
+    if daemon.extra["users"] == "everyone":
+        assert theirs.returncode == 0 and theirs.stdout == b"from root\n", theirs.stderr
+    else:
+        assert theirs.returncode != 0 and b"from root" not in theirs.stdout
+        assert f"(uid {NOBODY}) is neither the daemon's nor root" in daemon.stderr()
+    assert (daemon.mount / "events-0" / "records").read_bytes() == b"from root\n"  # nothing else came in
