@@ -48,14 +48,12 @@ from .producer_append import RecentBatches
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .record_offsets import first_existing_offset, record_count
 from .records import (
-    V2_HEADER_SIZE,
     BatchHeader,
     ProducerRecord,
     Record,
     TimestampType,
     batch_max_timestamp,
     decode_batch,
-    decode_record,
     encode_batch,
     encode_values,
     read_batch_header,
@@ -740,13 +738,21 @@ class Log:
             )
 
     def lookup(self, offset: int) -> tuple[LogSegment, BatchHeader]:
-        """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
+        """The segment and batch holding ``offset``: a batch found lately (:class:`BatchLocator`), else
+        bisect, offset index, then a header scan."""
         self._check_range(offset)
+        removals = self._segments.removals  # before the list: see BatchLocator
+        locator = self._batch_cache.locator
+        found = locator.find(offset, removals)
+        if found is not None:
+            return found
         segments = self._segments.all
         i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
             if header is not None:
+                if header.magic >= 2 and header.base_offset <= offset:
+                    locator.remember(segments[i], header, removals)
                 return segments[i], header
             i += 1
         raise OffsetOutOfRangeError(f"offset {offset} is not in log {self.name}")
@@ -782,15 +788,9 @@ class Log:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
-            i = bounds.index_of(header.base_offset, offset)
-            if i < 0:
+            record = segment.read_record(header, bounds, offset)
+            if record is None:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
-            start, end = bounds.span(i)
-            data = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
-            record = decode_record(data, header, path=segment.log_path)
-            if record.offset != offset:  # never another offset's bytes
-                message = f"the record read for offset {offset} says offset {record.offset}"
-                raise CorruptRecordError(message, segment.log_path, header.position)
             return record
         columns = self._batch_cache.columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))
