@@ -201,11 +201,10 @@ def read_record_in_batch(
         raise CorruptRecordError(message, path, header.position)
     if raw is not None:  # headers: the rare case, parsed as decode_record does
         return decode_record(raw, header, path=path)
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        timestamp = header.max_timestamp
-    else:
-        timestamp = header.base_timestamp + ts_delta
-    return Record(offset, timestamp, header.timestamp_type, key, value)
+    timestamp_type = header.timestamp_type
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        return Record(offset, header.max_timestamp, timestamp_type, key, value)
+    return Record(offset, header.base_timestamp + ts_delta, timestamp_type, key, value)
 
 
 def first_record_stamp(prefix: bytes, header: BatchHeader) -> tuple[int, int] | None:

@@ -96,3 +96,19 @@ def test_the_locator_is_bounded(tmp_path: Path) -> None:
         assert len(locator) <= 3
     assert locator.find(4, removals=0) is not None
     lg.close()
+
+
+def test_a_record_out_of_the_page_cache_is_read_from_disk(tmp_path: Path) -> None:
+    """The C read first takes what the page cache holds without blocking; pages dropped from it are
+    read with a blocking pread."""
+    lg = open_log(tmp_path / "r-0", config())
+    lg.append_values([b"%04d" % i for i in range(1000)])
+    lg.flush()
+    assert lg.read(3).value == b"0003"
+    fd = os.open(lg.segments[0].log_path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert [lg.read(o).value for o in (999, 500, 1)] == [b"0999", b"0500", b"0001"]
+    lg.close()
