@@ -137,12 +137,12 @@ _RATE_ROWS = {
 }
 
 
-def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int) -> list[Row]:
+def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int, turns: int = 2) -> list[Row]:
     """seglogd's by-offset rates beside the empty filesystem's (bench/empty_fs.py), measured in turns
-    (floor, seglogd, floor, seglogd: fresh offsets each time, best of two), and their ratios."""
+    (floor, seglogd, floor, seglogd...: fresh offsets each time, best of ``turns``), and their ratios."""
     ours: dict[str, float] = {}
     floor: dict[str, float] = {}
-    for turn in range(2):
+    for turn in range(turns):
         for rates, where in ((floor, floor_dir), (ours, log_dir)):
             for key, rate in by_offset_rates(where, n, lookups, seed=turn + 1).items():
                 rates[key] = max(rates.get(key, 0.0), rate)
@@ -292,6 +292,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000, help="lines cat into append")
     parser.add_argument("--lookups", type=int, default=20_000, help="random by-offset files per figure")
+    parser.add_argument("--turns", type=int, default=2,
+                        help="by-offset turns on each mount, alternated (best of)")
     parser.add_argument("--segment-bytes", default="64MiB")
     parser.add_argument("--rounds", type=int, default=2, help="engine/cat rounds (best of)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="per latency figure")
@@ -317,7 +319,7 @@ def main() -> int:
         subprocess.run(["sync"], check=True)
         floor_proc, floor_mount = start_empty_fs(base, n, args.loop)
         try:
-            rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups)
+            rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups, args.turns)
             rows += active_segment_rows(base, log_dir, floor_mount / "bench-0")
         finally:
             stop_daemon(floor_proc, floor_mount)

@@ -19,8 +19,8 @@ from .segment import LogSegment
 
 __all__ = ["DEFAULT_LOCATED_BATCHES", "BatchLocator"]
 
-#: batches remembered per log (about 150 bytes each)
-DEFAULT_LOCATED_BATCHES = 8192
+#: batches remembered per log (about 300 bytes each, a header and its entry)
+DEFAULT_LOCATED_BATCHES = 1024
 
 
 class BatchLocator:
