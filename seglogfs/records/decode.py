@@ -27,9 +27,9 @@ from .scan import (
     TS_DELTA,
     VALUE_LENGTH,
     VALUE_START,
+    _scan,
     join_values,
     plain_jsonl,
-    record_in_batch,
     scan_area,
     scan_bounds,
     scan_record,
@@ -186,7 +186,13 @@ def read_record_in_batch(
     under the reader, when the bytes do not parse, or when they name another offset."""
     _check_base_offset(header, path)
     area_position = header.position + V2_HEADER_SIZE
-    found = record_in_batch(fd, area_position, bounds, offset - header.base_offset, path, header.position)
+    delta = offset - header.base_offset
+    try:
+        found = _scan.record_in_batch(
+            fd, area_position, bounds.starts, bounds.offset_deltas, bounds.area_size, delta
+        )
+    except _scan.MalformedRecords as exc:
+        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
     if found is None:
         return None
     if isinstance(found, int):

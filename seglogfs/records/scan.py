@@ -14,7 +14,7 @@ from typing import Literal, overload
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .types import ByteSource, RecordBounds, Where
+from .types import ByteSource, Where
 
 try:
     from . import _scan
@@ -92,19 +92,6 @@ def scan_record(
     length, value start, value length, headers start, header count)."""
     try:
         return _scan.record(data)
-    except _scan.MalformedRecords as exc:
-        raise _malformed(exc, path, position) from None
-
-
-def record_in_batch(
-    fd: int, area_position: int, bounds: RecordBounds, delta: int, path: Where, position: int
-) -> tuple[int, int, bytes | None, bytes | None, bytes | None] | int | None:
-    """The record at offset delta ``delta`` of a batch with known ``bounds``, read from ``fd`` (see
-    ``_scan.record_in_batch``): (ts delta, offset delta, key, value, the record's bytes when it has
-    headers), None when no record has that delta, or the bytes read when the file ends first."""
-    try:
-        return _scan.record_in_batch(fd, area_position, bounds.starts, bounds.offset_deltas,
-                                     bounds.area_size, delta)
     except _scan.MalformedRecords as exc:
         raise _malformed(exc, path, position) from None
 
