@@ -741,18 +741,21 @@ class Log:
         """The segment and batch holding ``offset``: a batch found lately (:class:`BatchLocator`), else
         bisect, offset index, then a header scan."""
         self._check_range(offset)
-        removals = self._segments.removals  # before the list: see BatchLocator
-        locator = self._batch_cache.locator
-        found = locator.find(offset, removals)
+        found = self._batch_cache.locator.find(offset, self._segments.removals)
         if found is not None:
-            return found
+            return found.segment, found.header
+        return self._find(offset, self._segments.removals)
+
+    def _find(self, offset: int, removals: int) -> tuple[LogSegment, BatchHeader]:
+        """:meth:`lookup` without the remembered batches; remembers what it finds with ``removals``
+        (the count read before the segment list: see BatchLocator)."""
         segments = self._segments.all
         i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
             if header is not None:
                 if header.magic >= 2 and header.base_offset <= offset:
-                    locator.remember(segments[i], header, removals)
+                    self._batch_cache.locator.remember(segments[i], header, removals)
                 return segments[i], header
             i += 1
         raise OffsetOutOfRangeError(f"offset {offset} is not in log {self.name}")
@@ -761,6 +764,20 @@ class Log:
         """The record at ``offset``. OffsetOutOfRangeError outside the log (or for a control record's
         offset; under ``read_committed`` also for a record of an aborted transaction or at or past the
         last stable offset); CorruptRecordError when its batch is corrupt."""
+        if isolation != READ_COMMITTED:
+            # The hot path of a by-offset read: a remembered uncompressed batch with its record bounds.
+            self._check_range(offset)
+            found = self._batch_cache.locator.find(offset, self._segments.removals)
+            if found is not None and found.bounds is not None:
+                try:
+                    record = found.segment.read_record(found.header, found.bounds, offset)
+                except CorruptRecordError:
+                    pass  # the general way below, which surveys the segment
+                else:
+                    if record is None:
+                        message = f"offset {offset} of log {self.name} holds no user record"
+                        raise OffsetOutOfRangeError(message)
+                    return record
         segment, header = self.lookup(offset)
         if isolation == READ_COMMITTED:
             if offset >= self.last_stable_offset:
@@ -788,6 +805,10 @@ class Log:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
+            locator = self._batch_cache.locator
+            entry = locator.find(offset, self._segments.removals)
+            if entry is not None and entry.bounds is None and entry.header is header:
+                locator.keep_bounds(entry, bounds)
             record = segment.read_record(header, bounds, offset)
             if record is None:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")

@@ -27,9 +27,10 @@ from .scan import (
     TS_DELTA,
     VALUE_LENGTH,
     VALUE_START,
-    _scan,
+    MalformedRecords,
     join_values,
     plain_jsonl,
+    record_in_batch,
     scan_area,
     scan_bounds,
     scan_record,
@@ -188,10 +189,10 @@ def read_record_in_batch(
     area_position = header.position + V2_HEADER_SIZE
     delta = offset - header.base_offset
     try:
-        found = _scan.record_in_batch(
+        found = record_in_batch(
             fd, area_position, bounds.starts, bounds.offset_deltas, bounds.area_size, delta
         )
-    except _scan.MalformedRecords as exc:
+    except MalformedRecords as exc:
         raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
     if found is None:
         return None

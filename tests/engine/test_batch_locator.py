@@ -37,7 +37,22 @@ def test_each_record_reads_as_the_whole_batch_decodes(tmp_path: Path) -> None:
     for _ in range(2):  # the second time through remembered batches
         for offset, record in expected.items():
             assert lg.read(offset) == record
-    assert len(lg._batch_cache.locator) == 6
+    locator = lg._batch_cache.locator
+    assert len(locator) == 6
+    assert all(locator.find(offset, lg.removals).bounds is not None for offset in expected)
+    lg.close()
+
+
+def test_bounds_beyond_the_budget_are_left_to_the_batch_cache(tmp_path: Path) -> None:
+    lg = open_log(tmp_path / "r-0", config())
+    for i in range(4):
+        lg.append_values([b"%d-%d" % (i, j) for j in range(100)])  # 400 bytes of bounds a batch
+    lg._batch_cache.locator.max_bounds_bytes = 1000
+    offsets = range(0, 400, 7)
+    for _ in range(2):
+        assert [lg.read(o).value for o in offsets] == [b"%d-%d" % divmod(o, 100) for o in offsets]
+    kept = [lg._batch_cache.locator.find(o, lg.removals).bounds for o in (0, 100, 200, 300)]
+    assert sum(b is not None for b in kept) == 2
     lg.close()
 
 
@@ -80,7 +95,8 @@ def test_a_batch_is_served_only_under_the_removals_it_was_found_with(tmp_path: P
     segment, header = lg.lookup(1)
     locator = BatchLocator()
     locator.remember(segment, header, removals=3)
-    assert locator.find(2, removals=3) == (segment, header)
+    found = locator.find(2, removals=3)
+    assert found is not None and (found.segment, found.header) == (segment, header)
     assert locator.find(2, removals=4) is None
     assert locator.find(3, removals=3) is None  # past the batch
     lg.close()
