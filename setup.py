@@ -11,7 +11,8 @@ setup(
         Extension(
             "seglogfs.records._scan",
             sources=["seglogfs/records/_scan.c"],
-            depends=["seglogfs/records/_scan_walk.h", "seglogfs/records/_scan_run.h"],
+            depends=["seglogfs/records/_scan_walk.h", "seglogfs/records/_scan_run.h",
+                     "seglogfs/records/_scan_record.h"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )
     ]

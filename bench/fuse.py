@@ -8,8 +8,9 @@ Starts a real seglogd on a temporary data dir and mount point, then measures:
 - random ``by-offset/<n>`` from this one Python process (files/s): cold with os.open/os.read/os.close
   and with ``open(p, 'rb').read()`` (which adds an isatty() ioctl), then the same offsets again (the
   kernel's caches), each beside the same client loop on an empty mfusepy filesystem of the same
-  layout served by the same loop (bench/empty_fs.py: the binding's floor) and the ratio; and
-  ``Log.read`` of random offsets in the engine for scale;
+  layout served by the same loop (bench/empty_fs.py: the binding's floor), in ``--turns`` alternated
+  turns: median rates, the median of the turns' ratios, and each daemon's CPU time per cold file;
+  and ``Log.read`` of random offsets in the engine for scale;
 - by-offset read latency (p50/p99/max) while another process appends with an fsync after every write,
   and while another process reads ``records``;
 - ``cat`` of a sealed ``segments/<seg>.log`` vs ``cat`` of the file directly, warm, best of 3, and
@@ -26,6 +27,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,9 +103,10 @@ while True:
 """
 
 
-def by_offset_rates(log_dir: Path, n: int, lookups: int, seed: int = 1) -> dict[str, float]:
+def by_offset_rates(log_dir: Path, n: int, lookups: int, seed: int = 1,
+                    pid: int | None = None) -> dict[str, float]:
     """Cold random by-offset reads (os.open and buffered open()), then the same offsets again:
-    files/s of each."""
+    files/s of each; with the serving daemon's ``pid``, also its CPU time per cold os.open file (us)."""
     rng = random.Random(seed)
     offsets = rng.sample(range(n), 2 * lookups)
     cold_os, cold_buffered = offsets[:lookups], offsets[lookups:]
@@ -123,10 +126,20 @@ def by_offset_rates(log_dir: Path, n: int, lookups: int, seed: int = 1) -> dict[
                 f.read()
         return len(batch) / (time.perf_counter() - start)
 
-    rates = {"cold os": os_reads(cold_os), "cold open()": buffered_reads(cold_buffered)}
+    cpu_before = process_cpu(pid) if pid is not None else 0.0
+    rates = {"cold os": os_reads(cold_os)}
+    if pid is not None:
+        rates["cpu"] = (process_cpu(pid) - cpu_before) / lookups * 1e6
+    rates["cold open()"] = buffered_reads(cold_buffered)
     rates["again os"] = os_reads(cold_os)
     rates["again open()"] = buffered_reads(cold_buffered)
     return rates
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, every thread included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _RATE_ROWS = {
@@ -137,21 +150,32 @@ _RATE_ROWS = {
 }
 
 
-def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int) -> list[Row]:
-    """seglogd's by-offset rates beside the empty filesystem's (bench/empty_fs.py), measured in turns
-    (floor, seglogd, floor, seglogd: fresh offsets each time, best of two), and their ratios."""
-    ours: dict[str, float] = {}
-    floor: dict[str, float] = {}
-    for turn in range(2):
-        for rates, where in ((floor, floor_dir), (ours, log_dir)):
-            for key, rate in by_offset_rates(where, n, lookups, seed=turn + 1).items():
-                rates[key] = max(rates.get(key, 0.0), rate)
+def by_offset_rows(log_dir: Path, floor_dir: Path, n: int, lookups: int, turns: int = 5,
+                   pids: tuple[int, int] | None = None) -> list[Row]:
+    """seglogd's by-offset rates beside the empty filesystem's (bench/empty_fs.py), measured in
+    ``turns`` alternated turns (floor, seglogd, seglogd, floor, ...: fresh offsets each time): the
+    median rate of each, and the median of the turns' ratios (each turn's two figures were taken side by
+    side, so the machine's swings cancel in their ratio). ``pids`` (seglogd's, the floor's): add their
+    CPU time per cold file."""
+    ours: dict[str, list[float]] = {}
+    floor: dict[str, list[float]] = {}
+    for turn in range(turns):
+        sides = [(floor, floor_dir, pids[1] if pids else None), (ours, log_dir, pids[0] if pids else None)]
+        for rates, where, pid in sides if turn % 2 == 0 else sides[::-1]:
+            for key, rate in by_offset_rates(where, n, lookups, seed=turn + 1, pid=pid).items():
+                rates.setdefault(key, []).append(rate)
     rows: list[Row] = []
     for key, what in _RATE_ROWS.items():
         note = "one process" if key.startswith("cold") else "kernel caches"
-        rows.append((what, f"{ours[key]:,.0f} files/s", note))
-        rows.append(("  empty mfusepy fs, same layout and loop", f"{floor[key]:,.0f} files/s",
-                     f"ratio {ours[key] / floor[key]:.2f}x (target >= 0.6x)"))
+        ratio = statistics.median(o / f for o, f in zip(ours[key], floor[key], strict=True))
+        rows.append((what, f"{statistics.median(ours[key]):,.0f} files/s", note))
+        floor_rate = statistics.median(floor[key])
+        rows.append(("  empty mfusepy fs, same layout and loop", f"{floor_rate:,.0f} files/s",
+                     f"ratio {ratio:.2f}x (target >= 0.6x), median of {turns} turns"))
+    if pids is not None:
+        cpu = statistics.median(ours["cpu"])
+        rows.append(("daemon CPU per cold file (os.open): seglogd", f"{cpu:,.0f} us",
+                     f"empty fs {statistics.median(floor['cpu']):,.0f} us, all threads, median"))
     return rows
 
 
@@ -292,6 +316,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000, help="lines cat into append")
     parser.add_argument("--lookups", type=int, default=20_000, help="random by-offset files per figure")
+    parser.add_argument("--turns", type=int, default=5,
+                        help="by-offset turns on each mount, alternated (medians)")
     parser.add_argument("--segment-bytes", default="64MiB")
     parser.add_argument("--rounds", type=int, default=2, help="engine/cat rounds (best of)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="per latency figure")
@@ -317,7 +343,8 @@ def main() -> int:
         subprocess.run(["sync"], check=True)
         floor_proc, floor_mount = start_empty_fs(base, n, args.loop)
         try:
-            rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups)
+            rows += by_offset_rows(log_dir, floor_mount / "bench-0", n, args.lookups, args.turns,
+                                   (proc.pid, floor_proc.pid))
             rows += active_segment_rows(base, log_dir, floor_mount / "bench-0")
         finally:
             stop_daemon(floor_proc, floor_mount)

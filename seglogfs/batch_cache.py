@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .batch_locator import BatchLocator
 from .errors import CorruptRecordError
 from .records import (
     BatchHeader,
@@ -50,6 +51,8 @@ class BatchCache:
         )
         self._bytes = 0
         self._lock = threading.Lock()
+        #: the batches lookups found, by offset: cleared with this cache
+        self.locator = BatchLocator()
 
     # bounds() and columns() repeat their few lines of lookup rather than share a helper: a cache
     # hit is every warm Log.read, and an extra call there is measurable.
@@ -85,6 +88,7 @@ class BatchCache:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+        self.locator.clear()
 
     @property
     def size_bytes(self) -> int:

@@ -48,14 +48,12 @@ from .producer_append import RecentBatches
 from .read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from .record_offsets import first_existing_offset, record_count
 from .records import (
-    V2_HEADER_SIZE,
     BatchHeader,
     ProducerRecord,
     Record,
     TimestampType,
     batch_max_timestamp,
     decode_batch,
-    decode_record,
     encode_batch,
     encode_values,
     read_batch_header,
@@ -740,13 +738,24 @@ class Log:
             )
 
     def lookup(self, offset: int) -> tuple[LogSegment, BatchHeader]:
-        """The segment and batch holding ``offset``: bisect, offset index, then a header scan."""
+        """The segment and batch holding ``offset``: a batch found lately (:class:`BatchLocator`), else
+        bisect, offset index, then a header scan."""
         self._check_range(offset)
+        found = self._batch_cache.locator.find(offset, self._segments.removals)
+        if found is not None:
+            return found.segment, found.header
+        return self._find(offset, self._segments.removals)
+
+    def _find(self, offset: int, removals: int) -> tuple[LogSegment, BatchHeader]:
+        """:meth:`lookup` without the remembered batches; remembers what it finds with ``removals``
+        (the count read before the segment list: see BatchLocator)."""
         segments = self._segments.all
         i = segment_index_for(offset, segments)
         while i < len(segments):
             header = segments[i].find_batch(offset)
             if header is not None:
+                if header.magic >= 2 and header.base_offset <= offset:
+                    self._batch_cache.locator.remember(segments[i], header, removals)
                 return segments[i], header
             i += 1
         raise OffsetOutOfRangeError(f"offset {offset} is not in log {self.name}")
@@ -755,6 +764,20 @@ class Log:
         """The record at ``offset``. OffsetOutOfRangeError outside the log (or for a control record's
         offset; under ``read_committed`` also for a record of an aborted transaction or at or past the
         last stable offset); CorruptRecordError when its batch is corrupt."""
+        if isolation != READ_COMMITTED:
+            # The hot path of a by-offset read: a remembered uncompressed batch with its record bounds.
+            self._check_range(offset)
+            found = self._batch_cache.locator.find(offset, self._segments.removals)
+            if found is not None and found.bounds is not None:
+                try:
+                    record = found.segment.read_record(found.header, found.bounds, offset)
+                except CorruptRecordError:
+                    pass  # the general way below, which surveys the segment
+                else:
+                    if record is None:
+                        message = f"offset {offset} of log {self.name} holds no user record"
+                        raise OffsetOutOfRangeError(message)
+                    return record
         segment, header = self.lookup(offset)
         if isolation == READ_COMMITTED:
             if offset >= self.last_stable_offset:
@@ -782,15 +805,13 @@ class Log:
             # Uncompressed: after one CRC-checked pass over the batch (cached as 8 bytes a record),
             # a read fetches just its own record's bytes.
             bounds = self._batch_cache.bounds(segment, header)
-            i = bounds.index_of(header.base_offset, offset)
-            if i < 0:
+            locator = self._batch_cache.locator
+            entry = locator.find(offset, self._segments.removals)
+            if entry is not None and entry.bounds is None and entry.header is header:
+                locator.keep_bounds(entry, bounds)
+            record = segment.read_record(header, bounds, offset)
+            if record is None:
                 raise OffsetOutOfRangeError(f"offset {offset} of log {self.name} holds no user record")
-            start, end = bounds.span(i)
-            data = segment.read(header.position + V2_HEADER_SIZE + start, end - start)
-            record = decode_record(data, header, path=segment.log_path)
-            if record.offset != offset:  # never another offset's bytes
-                message = f"the record read for offset {offset} says offset {record.offset}"
-                raise CorruptRecordError(message, segment.log_path, header.position)
             return record
         columns = self._batch_cache.columns(segment, header)
         i = int(np.searchsorted(columns.offsets, offset))

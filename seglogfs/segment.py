@@ -33,8 +33,11 @@ from .records import (
     HEADER_SIZE_UP_TO_MAGIC,
     V2_HEADER_SIZE,
     BatchHeader,
+    Record,
+    RecordBounds,
     iter_batch_headers,
     read_batch_header,
+    read_record_in_batch,
 )
 from .segment_lookup import SegmentLookup
 from .segment_recovery import Rebuilt, SegmentRecovery
@@ -575,6 +578,16 @@ class LogSegment:
         fd = self._acquire_fd()
         try:
             return pread_within(fd, size, position, self.size, self.log_path)
+        finally:
+            self._release_fd()
+
+    def read_record(self, header: BatchHeader, bounds: RecordBounds, offset: int) -> Record | None:
+        """The record at ``offset`` of the uncompressed v2 batch ``header``, whose ``bounds`` were taken
+        once its CRC held: one C call finds and reads it (None when the batch holds no record at that
+        offset; CorruptRecordError as :meth:`read` for a file cut under the reader)."""
+        fd = self._acquire_fd()
+        try:
+            return read_record_in_batch(fd, header, bounds, offset, self.size, path=self.log_path)
         finally:
             self._release_fd()
 

@@ -49,8 +49,8 @@ class MountContext:
         self.started_ns = time.time_ns()
         #: every stream view of every log (records, records.jsonl, from/<n>...)
         self.views = StreamViews(self.configs)
-        #: (the log's uid, offset, isolation level) -> (the log's removals when read, record)
-        self._records: OrderedDict[tuple[int, int, str], tuple[int, Record]] = OrderedDict()
+        #: (the log's uid, offset, isolation level) -> (the log's removals when read, record, its weight)
+        self._records: OrderedDict[tuple[int, int, str], tuple[int, Record, int]] = OrderedDict()
         self._records_bytes = 0
         self._records_lock = threading.Lock()
 
@@ -110,14 +110,16 @@ class MountContext:
                 continue  # read from a list that changed under it (a segment swapped or closed)
             if lg.removals == removals:
                 break
+        weight = _weight(record)
+        records = self._records
         with self._records_lock:
-            old = self._records.pop(key, None)
+            old = records.pop(key, None)
             if old is not None:
-                self._records_bytes -= _weight(old[1])
-            self._records[key] = (removals, record)
-            self._records_bytes += _weight(record)
-            while self._records_bytes > RECORD_CACHE_BYTES and self._records:
-                self._records_bytes -= _weight(self._records.popitem(last=False)[1][1])
+                self._records_bytes -= old[2]
+            records[key] = (removals, record, weight)
+            self._records_bytes += weight
+            while self._records_bytes > RECORD_CACHE_BYTES and records:
+                self._records_bytes -= records.popitem(last=False)[1][2]
         return record
 
 

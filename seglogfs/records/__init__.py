@@ -46,6 +46,7 @@ from .decode import (
     decode_record,
     first_record_stamp,
     max_records_area,
+    read_record_in_batch,
     record_bounds,
     records_area,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "iter_batch_headers",
     "max_records_area",
     "read_batch_header",
+    "read_record_in_batch",
     "record_bounds",
     "records_area",
     "single_value_batch_size",

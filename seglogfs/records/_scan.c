@@ -449,6 +449,10 @@ static PyObject *plain_jsonl(PyObject *self, PyObject *args)
 
 #include "_scan_run.h"
 
+/* ------------------------------------------------------------------------- one record of a batch */
+
+#include "_scan_record.h"
+
 /* ------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -459,6 +463,7 @@ static PyMethodDef methods[] = {
     {"plain_jsonl", plain_jsonl, METH_VARARGS, plain_jsonl_doc},
     {"count_run", count_run, METH_VARARGS, count_run_doc},
     {"render_run", render_run, METH_VARARGS, render_run_doc},
+    {"record_in_batch", record_in_batch, METH_VARARGS, record_in_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 

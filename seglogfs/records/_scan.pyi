@@ -25,3 +25,7 @@ def count_run(
 def render_run(
     buf: Buffer, jsonl: bool, next_offset: int, limit_offset: int, /
 ) -> tuple[bytes, int, int, int, int]: ...
+def record_in_batch(
+    fd: int, area_position: int, starts: Buffer | NDArray[Any], deltas: Buffer | NDArray[Any] | None,
+    area_size: int, delta: int, /,
+) -> tuple[int, int, bytes | None, bytes | None, bytes | None] | int | None: ...

@@ -27,8 +27,10 @@ from .scan import (
     TS_DELTA,
     VALUE_LENGTH,
     VALUE_START,
+    MalformedRecords,
     join_values,
     plain_jsonl,
+    record_in_batch,
     scan_area,
     scan_bounds,
     scan_record,
@@ -174,6 +176,42 @@ def decode_record(data: bytes | memoryview, header: BatchHeader, *, path: Where 
     key = None if kl < 0 else bytes(data[ks : ks + kl])
     value = None if vl < 0 else bytes(data[vs : vs + vl])
     return Record(header.base_offset + offset_delta, timestamp, header.timestamp_type, key, value, headers)
+
+
+def read_record_in_batch(
+    fd: int, header: BatchHeader, bounds: RecordBounds, offset: int, file_size: int, *, path: Where = None
+) -> Record | None:
+    """The record at ``offset`` of the uncompressed v2 batch ``header`` of the file ``fd`` (``file_size``
+    bytes long as far as the reader knows), found through the batch's ``bounds`` and read in one C call;
+    None when the batch holds no record at that offset. CorruptRecordError when the file was cut short
+    under the reader, when the bytes do not parse, or when they name another offset."""
+    _check_base_offset(header, path)
+    area_position = header.position + V2_HEADER_SIZE
+    delta = offset - header.base_offset
+    try:
+        found = record_in_batch(
+            fd, area_position, bounds.starts, bounds.offset_deltas, bounds.area_size, delta
+        )
+    except MalformedRecords as exc:
+        raise CorruptRecordError(f"malformed record in batch: {exc}", path, header.position) from None
+    if found is None:
+        return None
+    if isinstance(found, int):
+        raise CorruptRecordError(
+            f"the file ends inside the record at offset {offset}, before the {file_size} bytes it held "
+            "(cut while open)",
+            path, header.position,
+        )
+    ts_delta, offset_delta, key, value, raw = found
+    if header.base_offset + offset_delta != offset:  # never another offset's bytes
+        message = f"the record read for offset {offset} says offset {header.base_offset + offset_delta}"
+        raise CorruptRecordError(message, path, header.position)
+    if raw is not None:  # headers: the rare case, parsed as decode_record does
+        return decode_record(raw, header, path=path)
+    timestamp_type = header.timestamp_type
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        return Record(offset, header.max_timestamp, timestamp_type, key, value)
+    return Record(offset, header.base_timestamp + ts_delta, timestamp_type, key, value)
 
 
 def first_record_stamp(prefix: bytes, header: BatchHeader) -> tuple[int, int] | None:

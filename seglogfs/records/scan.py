@@ -24,6 +24,11 @@ except ImportError as exc:  # required: there is no pure-Python fallback
         "run scripts/install.sh"
     ) from exc
 
+#: one record of a batch read from its file (see _scan.c): decode.read_record_in_batch calls it
+#: directly, as the by-offset read's hot path, and maps MalformedRecords itself
+record_in_batch = _scan.record_in_batch
+MalformedRecords = _scan.MalformedRecords
+
 # The rows of scan_area's result (see _scan.c): one row a field, one column a record.
 START, END, TS_DELTA, OFFSET_DELTA, KEY_START, KEY_LENGTH, VALUE_START, VALUE_LENGTH = range(8)
 HEADERS_START, HEADER_COUNT = 8, 9
