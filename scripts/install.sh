@@ -49,9 +49,11 @@ stamp=.venv/.seglogfs-installed
 # (A glob, not `ls | head`: under `set -e -o pipefail` a failed ls in a fresh clone would end the script.)
 built=""
 for so in seglogfs/records/_scan.*.so; do [ -f "$so" ] && built=$so; done
-if [ ! -f "$stamp" ] || [ -z "$built" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-    || [ seglogfs/records/_scan.c -nt "$stamp" ] || [ seglogfs/records/_scan_walk.h -nt "$stamp" ] \
-    || [ seglogfs/records/_scan_run.h -nt "$stamp" ]; then
+changed=""
+for source in pyproject.toml setup.py seglogfs/records/_scan.c seglogfs/records/_scan_*.h; do
+    if [ "$source" -nt "$stamp" ]; then changed=$source; fi
+done
+if [ ! -f "$stamp" ] || [ -z "$built" ] || [ -n "$changed" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     # pyspark ships only as an sdist; pip builds its wheel once and caches it.
     .venv/bin/python -m pip install -q -e '.[test,spark]'
