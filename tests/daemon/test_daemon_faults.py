@@ -37,7 +37,12 @@ def test_restart_at_once_after_kill_9_with_cached_attributes(seglogd) -> None:  
         d.kill()
         d.start()
         assert "stale mount" in d.stderr(), d.stderr()
-        assert (d / "events-0" / "by-offset" / "0").read_text() == "before"
+        try:
+            record = (d / "events-0" / "by-offset" / "0").read_text()
+        except OSError as exc:  # say what the mount and the daemon showed (seen once, under heavy load)
+            listing = sorted(os.listdir(d / "events-0")) if (d / "events-0").exists() else os.listdir(d.mount)
+            raise AssertionError(f"{exc}; mount shows {listing}; daemon log:\n{d.stderr()}") from exc
+        assert record == "before"
     assert d.stop(signal.SIGTERM) == 0
     assert not mounted(d.mount)
 
