@@ -85,7 +85,7 @@ def test_first_stat_of_read_committed_views_is_exact_and_does_not_grow_with_the_
     timings = []
     for scale in (1, 10):
         data_dir = tmp_path / f"data{scale}"
-        expected = write_txn_log(data_dir / NAME, 5_000 * scale)
+        expected = write_txn_log(data_dir / NAME, 2_000 * scale)
         logs = {NAME: {"fs.isolation.level": "read_committed", "retention.ms": -1}}
         daemon = make_seglogd(tmp_path, name=f"run{scale}", data_dir=data_dir, logs=logs)
         try:
@@ -116,7 +116,7 @@ def test_read_committed_views_read_exactly_while_counted_in_the_background(tmp_p
     exact or a lower bound that is a multiple of 4096, cat and wc -c read every byte; once counted,
     exact."""
     data_dir = tmp_path / "data"
-    expected = write_txn_log(data_dir / NAME, 30_000)
+    expected = write_txn_log(data_dir / NAME, 10_000)
     logs = {NAME: {"fs.isolation.level": "read_committed", "retention.ms": -1}}
     daemon = make_seglogd(tmp_path, data_dir=data_dir, logs=logs)
     try:
@@ -132,7 +132,7 @@ def test_read_committed_views_read_exactly_while_counted_in_the_background(tmp_p
             time.sleep(0.05)
         time.sleep(0.5)  # the notifier's next look invalidates the size the kernel cached
         assert os.stat(records).st_size == len(expected)
-        middle = daemon / NAME / "from" / "40000"
+        middle = daemon / NAME / "from" / "20000"
         assert os.stat(middle).st_size == len(run("cat", str(middle)))
     finally:
         daemon.cleanup()
