@@ -8,5 +8,6 @@ serves it through the FUSE adapter (:mod:`seglogfs.fs`):
 - ``config.py``: the YAML config file -> a validated :class:`~seglogd.config.DaemonConfig`;
 - ``service.py``: :class:`~seglogd.service.Daemon`, the life cycle: open the logs, mount, maintenance,
   watchdog, config reload (file change or SIGHUP), clean shutdown;
-- ``notify.py``: sd_notify for systemd (READY, STATUS, WATCHDOG, STOPPING).
+- ``notify.py``: sd_notify for systemd (READY, STATUS, WATCHDOG, STOPPING);
+- ``long_lived.py``: the objects of the start and of each reload frozen out of the collector's passes.
 """

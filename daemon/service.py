@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seglogd.config import DaemonConfig, load_config
+from seglogd.long_lived import freeze_long_lived
 from seglogd.notify import Notifier, watchdog_interval
 from seglogfs.descriptor_budget import BUDGET
 from seglogfs.errors import ConfigError, SeglogError
@@ -237,6 +238,7 @@ class Daemon:
         status = f"serving {len(names)} log(s) on {self.mount_point} ({mode})"
         if self.kafka is not None:
             status += f", Kafka clients on {self.config.kafka.listener.host}:{self.kafka.port}"
+        freeze_long_lived()  # before ready: the start's objects never walked by a full collection again
         self.notifier.ready(status)
         log.info("%s, %s", status, fuse_library())
         self._print_hints(names)
@@ -391,6 +393,7 @@ class Daemon:
         if self.ops is not None:
             self.ops.context.configs.update(new.mount_defaults, new.mount_logs)
         self.config = new
+        freeze_long_lived()  # the logs the reload made, and the new configs
         log.info("config reloaded from %s", self.config_path)
         self.notifier.status(f"serving {len(manager.logs)} log(s) on {self.mount_point} (config reloaded)")
         return True

@@ -19,6 +19,7 @@ import os
 import random
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -135,9 +136,12 @@ class LogSegment:
         self._indexes_checked = False  # checked against the .log (or rebuilt) since this object exists
         self._checking_indexes = False
         self.totals = SegmentTotals(self)  # the views' byte counts (seglogfs.segment_totals)
-        self._survey = SegmentSurvey(self)
-        self._lookup = SegmentLookup(self, self._survey)
-        self._recovery = SegmentRecovery(self, self._survey)
+        # Its parts see it through a proxy: no reference cycle, so a segment retention or the cleaner
+        # removed is freed at once, without the garbage collector (whose full passes hold the GIL)
+        me = weakref.proxy(self)
+        self._survey = SegmentSurvey(me)
+        self._lookup = SegmentLookup(me, self._survey)
+        self._recovery = SegmentRecovery(me, self._survey)
         if self._fd_value >= 0:
             BUDGET.touch(self)
 

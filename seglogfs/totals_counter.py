@@ -11,9 +11,10 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Sequence
 from typing import Protocol
 
+from . import hidden_totals
+from .hidden_totals import HiddenLog
 from .segment import LogSegment
 
 __all__ = ["STEP_BATCHES", "CountedLog", "TotalsCounter", "counted_bytes", "counter", "progress"]
@@ -24,16 +25,8 @@ STEP_BATCHES = 50_000
 _IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a cleaner's new ones...)
 
 
-class CountedLog(Protocol):
+class CountedLog(HiddenLog, Protocol):
     """What the counter reads of a log (a :class:`~seglogfs.log.Log`)."""
-
-    name: str
-
-    @property
-    def closed(self) -> bool: ...
-
-    @property
-    def segments(self) -> Sequence[LogSegment]: ...
 
     def save_sealed_totals(self, segment: LogSegment) -> None: ...
 
@@ -69,17 +62,19 @@ class TotalsCounter:
                 logs = list(self._logs)
             for lg in logs:
                 try:
-                    self._count(lg)
+                    if self._count(lg):
+                        hidden_totals.count_log(lg)  # read_committed's part: once the totals are whole
                 except Exception:  # a log's trouble (its files gone under it) stops no other
                     log.exception("%s: counting the view totals failed", lg.name)
 
-    def _count(self, lg: CountedLog) -> None:
-        started, counted = None, 0
+    def _count(self, lg: CountedLog) -> bool:
+        """Count what ``lg``'s segments lack; True when every one is counted to its end."""
+        started, counted, whole = None, 0, True
         for segment in lg.segments:
             totals = segment.totals
             while not totals.counted(segment.size):
                 if lg.closed or lg not in self._logs:
-                    return
+                    return False
                 if started is None:
                     started = time.monotonic()
                     todo = sum(max(s.size - s.totals.frontier.position, 0) for s in lg.segments)
@@ -88,6 +83,7 @@ class TotalsCounter:
                 totals.catch_up(max_batches=STEP_BATCHES)
                 counted += totals.frontier.position - before
                 if totals.frontier.position == before:
+                    whole = False
                     break  # a torn tail being written: the next look goes on
             if segment.offset_limit is not None and totals.counted(segment.size):
                 lg.save_sealed_totals(segment)  # a sealed one: for the next start
@@ -96,6 +92,7 @@ class TotalsCounter:
                 "%s: view totals counted (%d bytes of segments in %.2fs)",
                 lg.name, counted, time.monotonic() - started,
             )
+        return whole
 
 
 _COUNTER = TotalsCounter()
@@ -107,12 +104,16 @@ def counter() -> TotalsCounter:
 
 
 def counted_bytes(lg: CountedLog) -> int:
-    """The bytes of ``lg``'s segment files its view totals cover (it grows as counting goes on)."""
-    return sum(min(s.totals.frontier.position, s.size) for s in lg.segments)
+    """The bytes of ``lg``'s segment files its view totals cover (it grows as counting goes on), minus
+    the segments whose read_committed part (:mod:`seglogfs.hidden_totals`) is left to count: a change
+    of it is a change of the views' sizes."""
+    return sum(min(s.totals.frontier.position, s.size) for s in lg.segments) - hidden_totals.pending(lg)
 
 
 def progress(lg: CountedLog) -> dict[str, int | bool]:
-    """``{"counted_bytes", "bytes", "counting"}``: how much of ``lg``'s segments' files the totals cover."""
+    """``{"counted_bytes", "bytes", "counting"}``: how much of ``lg``'s segments' files the totals cover
+    (``counting`` also while read_committed's part is left to count)."""
     total = sum(s.size for s in lg.segments)
-    counted = counted_bytes(lg)
-    return {"counted_bytes": counted, "bytes": total, "counting": counted < total}
+    counted = sum(min(s.totals.frontier.position, s.size) for s in lg.segments)
+    counting = counted < total or hidden_totals.pending(lg) != 0
+    return {"counted_bytes": counted, "bytes": total, "counting": counting}

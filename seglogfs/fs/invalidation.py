@@ -33,10 +33,11 @@ import mfusepy
 
 from seglogfs.fs.files import FileKind
 from seglogfs.fs.paths import Kind, Node
+from seglogfs.hidden_totals import want as want_hidden_totals
 from seglogfs.log import Log
 from seglogfs.log_files import parse_offset_file_name, sealed_segment_file
 from seglogfs.log_manager import LogManager
-from seglogfs.read_committed import READ_UNCOMMITTED, Isolation
+from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.totals_counter import counted_bytes
 from seglogfs.views.log_dir_files import LogDirFiles
 
@@ -207,6 +208,8 @@ class LogState:
         # removals first: it is counted after the segment list changes, so a list read after it is no
         # older than the count (a state whose count lags its list differs from the next one: seen again)
         removals = lg.removals
+        if isolation == READ_COMMITTED:
+            want_hidden_totals(lg)  # counted in the background before a view asks
         segments = tuple((s.base_offset, s.uid) for s in lg.segments)
         return cls(lg.uid, lg.start_offset, lg.end_offset, segments, rebases, removals,
                    isolation, counted_bytes(lg))

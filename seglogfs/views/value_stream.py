@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from seglogfs.errors import CorruptRecordError, OffsetOutOfRangeError
+from seglogfs.hidden_totals import ZERO, hidden_total, want
 from seglogfs.log_segments import segment_index_for
 from seglogfs.read_committed import READ_COMMITTED, READ_UNCOMMITTED, Isolation
 from seglogfs.records import read_batch_header
@@ -187,19 +188,26 @@ class ValueStream:
             self._raise_if_gone(seg)
             raise
 
-    def _scan(self, seg: _Segment, *, report: bool = True) -> None:
-        """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now. A damaged
-        batch contributes nothing: the walk resyncs on the next intact one, and (when ``report``) the
-        damage is logged once, naming the file, the position and the offsets skipped. A sealed segment
-        another stream counted whole is taken from :mod:`seglogfs.views.stream_totals` (when
-        ``report``: not for a batch table's rescan), its batch table left to the first read."""
+    def _scan(
+        self, seg: _Segment, *, report: bool = True, adopt: bool = True, end: int | None = None
+    ) -> None:
+        """Count the batches of ``seg`` from ``seg.scanned`` up to the size its file has now (or file
+        position ``end``). A damaged batch contributes nothing: the walk resyncs on the next intact one,
+        and (when ``report``) the damage is logged once, naming the file, the position and the offsets
+        skipped. A sealed segment another stream counted whole is taken from
+        :mod:`seglogfs.views.stream_totals` (when ``report``: not for a batch table's rescan), its batch
+        table left to the first read; under read_committed, a whole segment not scanned yet is taken
+        from the engine's totals (when ``adopt``: not for a count again after damage), or left to the
+        background counter while it counts it (:meth:`_from_engine`)."""
         if seg.totals is not None:
             self._sync(seg)
             return
         if report and seg.sealed and seg.whole and seg.scanned == 0 and self._adopt_total(seg):
             return
+        if report and adopt and seg.whole and seg.scanned == 0 and seg.nbytes == 0 and self._from_engine(seg):
+            return
         segment = seg.segment
-        end = segment.size  # only complete batches lie below it
+        end = segment.size if end is None else end  # only complete batches lie below it
         damaged: list[Damage] = []
         committed = self.isolation == READ_COMMITTED
         stable_end = self.log.last_stable_offset if committed else None
@@ -429,6 +437,59 @@ class ValueStream:
         seg.complete = True
         return True
 
+    def _from_engine(self, seg: _Segment) -> bool:
+        """A read_committed stream's counts of the whole segment ``seg`` from the engine's totals minus
+        what read_committed leaves out (:mod:`seglogfs.hidden_totals`), cut at the last stable offset
+        (one checkpoint lookup); its batch table is left to the first read. While the background counter
+        has not counted what that needs, a segment too big to scan here is left uncounted (``size()``
+        is then a lower bound; a read scans it). False when the caller must scan it."""
+        if self.isolation != READ_COMMITTED:
+            return False
+        segment = seg.segment
+        t, size = segment.totals, segment.size
+        lso = self.log.last_stable_offset
+        if segment.base_offset >= lso:
+            seg.counted_all = True
+            return False  # nothing of it is visible yet: the scan stops at its first batch
+        if not t.counted(size):
+            return self._leave_uncounted(seg, waits=True)
+        f = t.frontier
+        hidden = ZERO
+        if self.log.has_aborted_transactions():
+            want(self.log)
+            found = hidden_total(segment)
+            if found is None or not found.covers(min(f.offset, lso), f.offset):
+                sealed_below = segment.offset_limit is not None and segment.offset_limit <= lso
+                return self._leave_uncounted(seg, waits=sealed_below)
+            hidden = found
+        if f.offset <= lso:
+            position, next_offset, nbytes = f.position, f.offset, f.cum(self.fmt.name)
+        else:
+            try:
+                found_batch = t.locate(lso, self.fmt)
+            except FileNotFoundError:
+                return False
+            if found_batch is None:
+                return False
+            nbytes, header = found_batch[0], found_batch[1]
+            position, next_offset = header.position, header.base_offset
+        seg.nbytes = nbytes - hidden.of(self.fmt.name)
+        seg.scanned, seg.next_offset = position, next_offset
+        seg.positions = seg.sizes = seg.starts = None  # built by _table when a read needs them
+        seg.counted_all = True
+        if seg.sealed and position >= size:
+            seg.complete = True
+        return True
+
+    def _leave_uncounted(self, seg: _Segment, *, waits: bool) -> bool:
+        """Leave ``seg`` to the background counter (``waits``: it counts what the stream needs) when
+        scanning it here would cost more than :data:`COUNT_INLINE_BYTES`; True when left."""
+        if not waits or seg.segment.size <= COUNT_INLINE_BYTES:
+            seg.counted_all = True
+            return False
+        seg.counted_all = False
+        return True
+
     def _skipped(
         self, seg: _Segment, damaged: list[Damage], next_offset: int | None, *, report: bool
     ) -> None:
@@ -598,7 +659,7 @@ class ValueStream:
                 seg.segment, sealed=True, dropped=seg.dropped, min_offset=seg.min_offset,
                 first_position=seg.first_position,
             )
-            self._scan(fresh, report=False)  # its damage was logged by the first scan
+            self._scan(fresh, report=False, end=seg.scanned)  # its damage was logged by the first scan
             if fresh.nbytes != seg.nbytes:  # damaged since: _read_at counts it again
                 raise CorruptRecordError("batches counted before are unreadable", seg.segment.log_path)
             seg.positions, seg.sizes, seg.starts = fresh.positions, fresh.sizes, fresh.starts
@@ -629,6 +690,15 @@ class ValueStream:
         wanted = size
         seg_start = self._hole
         for seg in list(self._segments.values()):
+            if not seg.counted_all:  # left to the background counter: this read needs it now
+                try:
+                    self._scan(seg, adopt=False)
+                except _Gone:
+                    if out:
+                        break
+                    self._forget_through(seg)
+                    raise
+                seg.counted_all = True
             seg_end = seg_start + seg.nbytes
             if position >= seg_end:
                 seg_start = seg_end
@@ -677,7 +747,7 @@ class ValueStream:
             self._scan(fresh, report=False)  # another stream counted it again since, and logged why
         else:
             forget_sealed_total(seg.segment, self._totals_key)  # counted before the damage
-            self._scan(fresh)
+            self._scan(fresh, adopt=False)
         if fresh.nbytes == seg.nbytes:
             return False
         if seg.base_offset in self._with_table:

@@ -62,3 +62,30 @@ def test_tail_walks_from_the_index_agree_with_a_full_walk(tmp_path):
     segment.close()
     empty = LogSegment(tmp_path / "empty", 0, writable=False)
     assert (empty.read_next_offset(), empty.last_intact_batch(), empty.intact_end()) == (0, None, (0, 0))
+
+
+def test_a_segment_retention_removed_is_freed_without_the_garbage_collector(tmp_path):
+    """A segment holds no reference cycle (its parts see it through a weak proxy): one that leaves the
+    log is freed as its last reference goes, so the daemon may freeze its long-lived objects out of the
+    collector's passes (daemon/long_lived.py) without leaking the segments retention deletes later."""
+    import gc
+    import weakref
+
+    from support.engine_helpers import config
+
+    from seglogfs.log_manager import LogManager
+
+    with LogManager(tmp_path, config(segment_bytes=4096, retention_bytes=8192, file_delete_delay_ms=0)) as m:
+        lg = m.create_log("r-0")
+        for _ in range(20):
+            lg.append_values([b"x" * 3000])
+        old = [weakref.ref(s) for s in lg.segments[:-3]]
+        gc.collect()
+        gc.disable()
+        try:
+            m.maintain()
+            m.maintain()
+            assert len(lg.segments) < 20 - len(old) + 3
+            assert [r for r in old if r() is not None] == []
+        finally:
+            gc.enable()
