@@ -142,12 +142,7 @@ def test_clients_that_vanish_or_stall_mid_response_leak_nothing(daemon: Seglogd)
 
 def test_a_slow_reader_gets_every_pipelined_frame_whole(daemon: Seglogd) -> None:
     """A reader with a small buffer: large spliced frames and small ones after them, intact."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", daemon.extra["port"]))
-    sock.settimeout(30)
-    client = WireClient.__new__(WireClient)
-    client.sock, client.correlation = sock, 0
+    client = _small_buffer_client(daemon, timeout=30)
     segment = _segment(daemon, BIG)
     asks = [(0, 3 << 20), (100, 10), (30_000, 1 << 20), (59_999, 1)]
     for version in (4, 7, 11, 12):
@@ -162,11 +157,12 @@ def test_a_slow_reader_gets_every_pipelined_frame_whole(daemon: Seglogd) -> None
     client.close()
 
 
-def _stalled_client(daemon: Seglogd) -> WireClient:
+def _small_buffer_client(daemon: Seglogd, timeout: float = 20) -> WireClient:
+    """A connection with a 4 KiB receive buffer: a reader that stalls the daemon's sends."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", daemon.extra["port"]))
-    sock.settimeout(20)
+    sock.settimeout(timeout)
     client = WireClient.__new__(WireClient)
     client.sock, client.correlation = sock, 0
     return client
@@ -190,7 +186,7 @@ def test_a_segment_cut_while_it_is_sent_never_completes_the_frame(daemon: Seglog
     whole.close()
     segment = _segment(daemon, log)
     assert expected is not None and segment in expected
-    client = _stalled_client(daemon)
+    client = _small_buffer_client(daemon)
     client.send_raw(client.frame(1, 12, request))
     time.sleep(0.3)  # the daemon is now blocked sending from the file
     cut = len(segment) // 2
@@ -215,7 +211,7 @@ def test_stalled_clients_never_take_the_daemons_descriptors(daemon: Seglogd) -> 
     asks = [(BIG, 0, 50 << 20)] + [(f"many-{p}", 0, 1 << 20) for p in range(PARTITIONS)]
     stalled = []
     for _ in range(NOFILE // 32):
-        client = _stalled_client(daemon)
+        client = _small_buffer_client(daemon)
         client.send_raw(client.frame(1, 12, _fetch(12, asks)))
         stalled.append(client)
     time.sleep(0.5)  # every response now blocked on its client
