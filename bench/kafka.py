@@ -5,9 +5,11 @@ The broker (KRaft, one node, the version tests/oracle uses, from scripts/kafka-o
 server's JVM options) is the floor the clients put under any server on this machine: the same client
 loop against each, so a target the broker misses too is the client's or the machine's, not seglogd's.
 
-- ``cat`` of 100-byte lines into ``append`` (records/s): the mount's write path with the listener off,
-  on and idle, while a confluent-kafka consumer-group member reads that log through the listener, and
-  while the same consumer reads as many records from the broker (what a consumer costs the machine)
+- ``cat`` of 100-byte lines into ``append`` (records/s), in interleaved rounds: the mount's write path
+  with the listener off, on and idle, while a confluent-kafka consumer-group member reads that log
+  through the listener, while another process keeps the share of a core that consumer used busy (what
+  the consumer's own work costs the append on this machine), and while a consumer reads a backlog
+  from the broker
 - confluent-kafka producer (its defaults, acks=1) and consumer: records/s of 100-byte records
 - end-to-end latency p50/p99 at 10,000 records/s (produce -> a consumer's poll), confluent-kafka
   defaults, and with ``linger.ms=0`` and idempotence (at most 5 requests in flight)
@@ -69,6 +71,30 @@ print("ready", flush=True)  # reading a backlog now: busy for the whole append
 while True:
     consumer.consume(10000, 0.5)
 """
+
+
+BURNER = """
+import sys, time
+share = float(sys.argv[1])  # of one core: busy that part of every 10 ms
+print("ready", flush=True)
+while True:
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.01 * share:
+        pass
+    time.sleep(0.01 * (1 - share))
+"""
+
+
+def mount_append_while_burning(mount: Path, lines: Path, n: int, log: str, share: float) -> float:
+    """``mount_append`` while another process keeps ``share`` of a core busy (no Kafka at all)."""
+    burner = subprocess.Popen([sys.executable, "-c", BURNER, str(share)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout is not None
+        burner.stdout.readline()
+        return mount_append(mount, lines, n, log)
+    finally:
+        burner.kill()
+        burner.wait()
 
 
 def mount_append(mount: Path, lines: Path, n: int, log: str) -> float:
@@ -309,13 +335,14 @@ def mount_rows(server: str, broker: str, mount: Path, lines: Path, n: int, round
                off: list[float]) -> list[tuple[str, str]]:
     """The mount's append with the listener on: idle, under a consumer of the log it writes, and under
     a consumer reading a backlog from the broker, interleaved round by round."""
-    idle, read, floor, read_cpu, floor_cpu = [], [], [], [], []
+    idle, read, floor, burnt, read_cpu, floor_cpu = [], [], [], [], [], []
     for r in range(rounds):
         idle.append(mount_append(mount, lines, n, f"idle{r}-0"))
         (mount / f"read{r}-0").mkdir()  # the consumer is assigned the log before the append starts
         rate, busy = mount_append_while_read(server, f"read{r}", mount, lines, n, f"read{r}-0")
         read.append(rate)
         read_cpu.append(f"consumer {busy:.0%} of a core")
+        burnt.append(mount_append_while_burning(mount, lines, n, f"burn{r}-0", min(busy, 1.0)))
         rate, busy = mount_append_while_read(broker, "backlog", mount, lines, n, f"floor{r}-0", backlog=True)
         floor.append(rate)
         floor_cpu.append(f"consumer {busy:.0%} of a core")
@@ -325,8 +352,9 @@ def mount_rows(server: str, broker: str, mount: Path, lines: Path, n: int, round
         median_row("  the same, listener on and idle", idle, base),
         median_row("  while a consumer-group member reads that log through the listener",
                    read, base, read_cpu),
-        median_row("  while a consumer reads a backlog from the Kafka broker (the machine's floor)",
-                   floor, base, floor_cpu),
+        median_row("  while another process burns the consumer's share of a core (the machine's floor)",
+                   burnt, base, [note.replace("consumer", "burning") for note in read_cpu]),
+        median_row("  while a consumer reads a backlog from the Kafka broker", floor, base, floor_cpu),
     ]
 
 
