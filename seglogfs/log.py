@@ -778,7 +778,16 @@ class Log:
                         message = f"offset {offset} of log {self.name} holds no user record"
                         raise OffsetOutOfRangeError(message)
                     return record
-        segment, header = self.lookup(offset)
+        try:
+            segment, header = self.lookup(offset)
+        except OffsetOutOfRangeError:
+            if not self._start_offset <= offset < self._next_offset:
+                raise
+            # An append moves the end offset before its batch is published: a read of one of its
+            # offsets in between waits for that append (it holds the log's lock) rather than say that
+            # a record the log counts does not exist.
+            with self._lock:
+                segment, header = self.lookup(offset)
         if isolation == READ_COMMITTED:
             if offset >= self.last_stable_offset:
                 raise OffsetOutOfRangeError(
