@@ -36,24 +36,37 @@ ZERO_COPY_MAX_REGIONS = 32
 async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
     """Read every partition asked for; wait for appends while fewer than ``min_bytes`` were found."""
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
-    names = [
-        log_obj.name
+    logs = [
+        (log_obj, part.fetch_offset)
         for topic in request.topics
         for part in topic.partitions
         if (log_obj := broker.topics.log(topic.topic, part.partition)) is not None
     ]
+    names = [log_obj.name for log_obj, _ in logs]
     while True:
         with broker.waiters.watching(names) as appended:
-            found = _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
             remaining = deadline - time.monotonic()
-            if found >= request.min_bytes or remaining <= 0 or not names:
-                return body
-            body.close()
+            # A consumer at the end of every log it asks for (the usual long poll) parks at once: no
+            # response is built only to be dropped.
+            at_ends = (
+                remaining > 0 and request.min_bytes > 0 and len(logs) == len(_partitions(request))
+                and all(offset == log_obj.end_offset for log_obj, offset in logs)
+            )
+            if not at_ends:
+                found = _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
+                if found >= request.min_bytes or remaining <= 0 or not names:
+                    return body
+                body.close()
             try:
-                await asyncio.wait_for(appended.wait(), remaining)
+                async with asyncio.timeout(remaining):  # in this task: no task per wait, as wait_for makes
+                    await appended.wait()
             except TimeoutError:
                 _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
                 return body
+
+
+def _partitions(request: Any) -> list[Any]:
+    return [part for topic in request.topics for part in topic.partitions]
 
 
 def _read(broker: BrokerState, request: Any, version: int, body: SplicedBody) -> int:
