@@ -21,6 +21,8 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 command -v mvn >/dev/null || need_apt+=(maven)
 # The Kafka listener's tests and bench/kafka.py drive it with kcat (librdkafka's command-line client).
 command -v kcat >/dev/null || need_apt+=(kcat)
+# tests/kafka/test_kafka_local_users.py runs kcat as another user with setpriv (util-linux).
+command -v setpriv >/dev/null || need_apt+=(util-linux)
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # systemd/seglogfs.service runs /bin/kill (ExecReload); `systemd-analyze verify` checks that it exists.
 [ -x /bin/kill ] || need_apt+=(procps)

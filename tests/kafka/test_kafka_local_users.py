@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -13,14 +11,12 @@ import pytest
 from support.kafka_fixture import bootstrap, kcat, start_kafka_daemon
 from support.mount_fixture import Seglogd, fuse_required
 
-pytestmark = [
-    fuse_required,
-    pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"),
-]
+pytestmark = fuse_required
 NOBODY = 65534
 
 
 def _kcat_as(uid: int, *args: str) -> subprocess.CompletedProcess:
+    """kcat run as ``uid`` (util-linux's setpriv; the suite runs as root, as its mounts need)."""
     command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "kcat", *args]
     return subprocess.run(command, capture_output=True, timeout=30, check=False)
 
