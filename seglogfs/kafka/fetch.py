@@ -43,13 +43,14 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
         if (log_obj := broker.topics.log(topic.topic, part.partition)) is not None
     ]
     names = [log_obj.name for log_obj, _ in logs]
+    every_log_known = len(logs) == sum(len(topic.partitions) for topic in request.topics)
     while True:
         with broker.waiters.watching(names) as appended:
             remaining = deadline - time.monotonic()
             # A consumer at the end of every log it asks for (the usual long poll) parks at once: no
             # response is built only to be dropped.
             at_ends = (
-                remaining > 0 and request.min_bytes > 0 and len(logs) == len(_partitions(request))
+                remaining > 0 and request.min_bytes > 0 and every_log_known
                 and all(offset == log_obj.end_offset for log_obj, offset in logs)
             )
             if not at_ends:
@@ -63,10 +64,6 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
             except TimeoutError:
                 _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
                 return body
-
-
-def _partitions(request: Any) -> list[Any]:
-    return [part for topic in request.topics for part in topic.partitions]
 
 
 def _read(broker: BrokerState, request: Any, version: int, body: SplicedBody) -> int:

@@ -5,9 +5,13 @@ which go to the socket with ``sendfile`` (zero-copy; asyncio reads and writes th
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
 
 from seglogfs.fetch_data_info import FileSlice
 
@@ -108,7 +112,7 @@ def splice(frame: bytes, body: SplicedBody, *, flexible: bool) -> SplicedFrame:
     placed = sorted((frame.index(marker), marker) for marker in body.regions)
     for where, marker in placed:
         region = body.regions[marker]
-        length = _uvarint(region.size + 1) if flexible else region.size.to_bytes(4, "big")
+        length = _compact_length(region.size) if flexible else region.size.to_bytes(4, "big")
         parts += [frame[at:where - prefix], length, region]
         grown += len(length) + region.size - prefix - MARKER_BYTES
         at = where + MARKER_BYTES
@@ -121,10 +125,8 @@ def splice(frame: bytes, body: SplicedBody, *, flexible: bool) -> SplicedFrame:
     return SplicedFrame([part for part in parts if not isinstance(part, bytes) or part])
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _compact_length(size: int) -> bytes:
+    """A COMPACT_RECORDS length: the size plus one as an unsigned varint (kio's writer)."""
+    out = io.BytesIO()
+    write_unsigned_varint(out, uvarint(size + 1))
+    return out.getvalue()
