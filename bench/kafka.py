@@ -380,7 +380,8 @@ def main() -> int:
             finally:
                 stop_seglogd(proc, mount)
             config = write_config(base / "seglogfs.yaml", base / "data", mount, {"segment.bytes": "1GiB"}, {},
-                                  kafka={"listeners": "PLAINTEXT://127.0.0.1:0"})
+                                  kafka={"listeners": "PLAINTEXT://127.0.0.1:0",
+                                         "group.initial.rebalance.delay.ms": 0})  # as the broker
             proc = start_seglogd(config, mount, "multi")
             try:
                 server = f"127.0.0.1:{port_of(base / 'seglogd.stderr')}"

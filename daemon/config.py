@@ -63,7 +63,8 @@ _FUSE_KEYS = ("allow_other", "owner", "group", "read", "write")
 _KAFKA_KEYS = (
     "listeners", "advertised.listeners", "node.id", "socket.request.max.bytes", "max.connections",
     "auto.create.topics.enable", "num.partitions", "fetch.max.bytes", "connections.max.idle.ms",
-    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "loopback.users", *SECURITY_KEYS,
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
+    "loopback.users", *SECURITY_KEYS,
 )
 _SCOPES = ", ".join(scope.value for scope in Scope)
 _Id = TypeVar("_Id")  # what resolve_user / resolve_group return
@@ -303,6 +304,7 @@ _KAFKA_COUNTS = {
     "node.id": "node_id", "max.connections": "max_connections", "num.partitions": "num_partitions",
     "connections.max.idle.ms": "max_idle_ms", "group.min.session.timeout.ms": "min_session_timeout_ms",
     "group.max.session.timeout.ms": "max_session_timeout_ms",
+    "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
 }
 _KAFKA_SIZES = {"socket.request.max.bytes": "max_request_bytes", "fetch.max.bytes": "fetch_max_bytes"}
 

@@ -35,7 +35,10 @@ class BrokerState:
         )
         self.waiters = waiters
         self.producer_ids = ProducerIds()
-        self.groups = GroupCoordinator(has_offsets=lambda group_id: bool(self.offsets.committed(group_id)))
+        self.groups = GroupCoordinator(
+            has_offsets=lambda group_id: bool(self.offsets.committed(group_id)),
+            initial_rebalance_delay_s=config.initial_rebalance_delay_ms / 1000,
+        )
         self.offsets = OffsetStore(manager)
         self.advertised: tuple[str, int] = (config.listener.host, config.listener.port)
         #: the descriptors Fetch responses hold until sent (sendfile), listener-wide

@@ -74,15 +74,23 @@ class Group:
     #: ids handed out by MEMBER_ID_REQUIRED, until when they may join (one session timeout, as Kafka)
     pending_ids: dict[str, float] = field(default_factory=dict)
     deadline: asyncio.TimerHandle | None = None
+    #: the first rebalance of an Empty group waits for more members (Kafka's initial delayed join):
+    #: whether it waits, how much of the rebalance timeout is left, and whether a member joined meanwhile
+    initial_delay: bool = False
+    initial_delay_left_s: float = 0.0
+    joined_during_delay: bool = False
 
 
 class GroupCoordinator:
     """Every group of this node."""
 
-    def __init__(self, has_offsets: Callable[[str], bool] = lambda group_id: False) -> None:
-        """``has_offsets``: whether a group has committed offsets (an Empty group is kept then)."""
+    def __init__(self, has_offsets: Callable[[str], bool] = lambda group_id: False,
+                 initial_rebalance_delay_s: float = 3.0) -> None:
+        """``has_offsets``: whether a group has committed offsets (an Empty group is kept then).
+        ``initial_rebalance_delay_s``: Kafka's ``group.initial.rebalance.delay.ms``, in seconds."""
         self.groups: dict[str, Group] = {}
         self._has_offsets = has_offsets
+        self._initial_delay_s = initial_rebalance_delay_s
         self._expiry: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -128,6 +136,7 @@ class GroupCoordinator:
             member = group.members[member_id] = Member(
                 member_id, client_id, client_host, session_timeout_s, rebalance_timeout_s, protocols
             )
+            group.joined_during_delay = True
         else:
             member.protocols, member.session_timeout_s = protocols, session_timeout_s
             member.rebalance_timeout_s = rebalance_timeout_s
@@ -217,6 +226,7 @@ class GroupCoordinator:
         return names or set()
 
     def _prepare_rebalance(self, group: Group) -> None:
+        starts_empty = group.state == EMPTY
         group.state = PREPARING
         for member in group.members.values():  # a sync in flight belongs to the old generation
             if member.sync_waiter is not None and not member.sync_waiter.done():
@@ -225,7 +235,28 @@ class GroupCoordinator:
         if group.deadline is not None:
             group.deadline.cancel()
         timeout = max((m.rebalance_timeout_s for m in group.members.values()), default=0)
-        group.deadline = asyncio.get_running_loop().call_later(timeout, self._rebalance_deadline, group)
+        loop = asyncio.get_running_loop()
+        if starts_empty and self._initial_delay_s > 0:
+            # Members of a new group start together; waiting for them gives one assignment, not one
+            # rebalance each, and gives clients time for the metadata their assignors need.
+            delay = min(self._initial_delay_s, timeout)
+            group.initial_delay, group.joined_during_delay = True, False
+            group.initial_delay_left_s = max(timeout - delay, 0.0)
+            group.deadline = loop.call_later(delay, self._initial_delay_over, group)
+        else:
+            group.deadline = loop.call_later(timeout, self._rebalance_deadline, group)
+
+    def _initial_delay_over(self, group: Group) -> None:
+        """Kafka's rule: a member that joined during the delay extends it by another delay, while the
+        rebalance timeout lasts."""
+        if group.joined_during_delay and group.initial_delay_left_s > 0:
+            delay = min(self._initial_delay_s, group.initial_delay_left_s)
+            group.initial_delay_left_s -= delay
+            group.joined_during_delay = False
+            group.deadline = asyncio.get_running_loop().call_later(delay, self._initial_delay_over, group)
+            return
+        group.initial_delay = False
+        self._rebalance_deadline(group)
 
     def _rebalance_deadline(self, group: Group) -> None:
         group.deadline = None
@@ -234,13 +265,15 @@ class GroupCoordinator:
         self._complete_join(group)
 
     def _maybe_complete_join(self, group: Group) -> None:
-        if group.state == PREPARING and all(m.joining() for m in group.members.values()):
+        if group.state == PREPARING and not group.initial_delay \
+                and all(m.joining() for m in group.members.values()):
             self._complete_join(group)
 
     def _complete_join(self, group: Group) -> None:
         if group.deadline is not None:
             group.deadline.cancel()
             group.deadline = None
+        group.initial_delay = False
         group.generation += 1
         if not group.members:
             group.state, group.protocol, group.leader = EMPTY, None, None

@@ -18,6 +18,7 @@ DEFAULT_FETCH_MAX_BYTES = 57_671_680  # Kafka's fetch.max.bytes (55 MiB): a Fetc
 #: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3_000  # Kafka's group.initial.rebalance.delay.ms
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -78,6 +79,7 @@ class ListenerConfig:
     max_idle_ms: int = DEFAULT_MAX_IDLE_MS
     min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
+    initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     #: who a listener that does not authenticate serves: "owner" (the daemon's user and root, as the
     #: mount without fuse.allow_other) or "everyone" on this host
     loopback_users: str = "owner"
@@ -117,3 +119,6 @@ class ListenerConfig:
         if not 0 <= self.min_session_timeout_ms <= self.max_session_timeout_ms:
             raise ConfigError("kafka.group.min.session.timeout.ms", self.min_session_timeout_ms,
                               f"expected 0 to group.max.session.timeout.ms ({self.max_session_timeout_ms})")
+        if self.initial_rebalance_delay_ms < 0:
+            raise ConfigError("kafka.group.initial.rebalance.delay.ms", self.initial_rebalance_delay_ms,
+                              "expected 0 or more")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from support.kafka_fixture import bootstrap, kafka_port
+from support.kafka_fixture import bootstrap, kafka_port, start_kafka_daemon
 from support.mount_fixture import Seglogd, fuse_required
 
 from seglogfs.kafka.offsets_topic import offsets_partition, parse_commit
@@ -40,11 +40,13 @@ def _consumer(server: str, name: str):
     return consumer
 
 
-def _until(consumers: list, done, timeout: float = 20) -> list:
-    """Poll every consumer until ``done()``; the messages they got."""
+def _until(consumers: list, done, timeout: float = 20, give_up: bool = False) -> list:
+    """Poll every consumer until ``done()`` (or for ``timeout`` when ``give_up``); the messages they got."""
     got = []
     deadline = time.monotonic() + timeout
     while not done():
+        if give_up and time.monotonic() >= deadline:
+            break
         assert time.monotonic() < deadline, "the group did not get there in time"
         for consumer in consumers:
             msg = consumer.poll(0.05)
@@ -126,7 +128,7 @@ def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> Non
     producer = Producer({"bootstrap.servers": server})
     for i in range(30):
         producer.produce("grouped", value=b"%d" % i)
-    producer.flush(10)
+    assert producer.flush(10) == 0
 
     consumer = KafkaConsumer("grouped", bootstrap_servers=server, group_id="kp", auto_offset_reset="earliest",
                              enable_auto_commit=False)
@@ -135,6 +137,7 @@ def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> Non
     while len(got) < 20 and time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=200).values():
             got += [m.value for m in records]
+    assert got, f"kafka-python consumed nothing in 20 s; its assignment: {consumer.assignment()}"
     consumer.commit()  # what it has consumed
     admin = AdminClient({"bootstrap.servers": server})
     listed = admin.list_consumer_groups().result(10)
@@ -146,7 +149,7 @@ def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> Non
     consumer.close()
     for i in range(committed, committed + 5):  # what the next member of the group has to read
         producer.produce("grouped", value=b"%d" % i)
-    producer.flush(10)
+    assert producer.flush(10) == 0
 
     async def resume() -> list[bytes]:
         aio = AIOKafkaConsumer("grouped", bootstrap_servers=server, group_id="kp", enable_auto_commit=False)
@@ -159,3 +162,38 @@ def test_kafka_python_and_aiokafka_groups_and_admin_listing(kafka_daemon) -> Non
 
     rest = asyncio.run(resume())
     assert rest and rest[0] == b"%d" % committed  # aiokafka resumes where kafka-python committed
+
+
+def test_a_new_groups_members_starting_together_get_one_assignment(tmp_path) -> None:
+    """Kafka's group.initial.rebalance.delay.ms: the first rebalance of an Empty group waits for the
+    members starting with the first, so each gets its share once instead of everything and then half."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    daemon = start_kafka_daemon(tmp_path, logs={}, kafka={"group.min.session.timeout.ms": 1000,
+                                                          "group.initial.rebalance.delay.ms": 2000})
+    try:
+        server = bootstrap(daemon)
+        admin = AdminClient({"bootstrap.servers": server})
+        admin.create_topics([NewTopic("together", 4)])["together"].result(10)
+        assignments: dict[str, list[set[int]]] = {"a": [], "b": []}
+        consumers = []
+        for name in assignments:
+            consumer = Consumer({"bootstrap.servers": server, "group.id": "together", "client.id": name,
+                                 "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+
+            def on_assign(_consumer, partitions, name=name) -> None:
+                assignments[name].append({tp.partition for tp in partitions})
+
+            consumer.subscribe(["together"], on_assign=on_assign)
+            consumer.poll(0.3)  # sends its JoinGroup; the other starts 0.3 s later
+            consumers.append(consumer)
+        _until(consumers, lambda: all(assignments.values()))
+        _until(consumers, lambda: False, timeout=1.0, give_up=True)  # a second rebalance would show now
+        assert [len(a) for a in assignments.values()] == [1, 1], assignments  # one assignment each
+        assert assignments["a"][0] | assignments["b"][0] == {0, 1, 2, 3}
+        assert len(assignments["a"][0]) == len(assignments["b"][0]) == 2
+        for consumer in consumers:
+            consumer.close()
+    finally:
+        daemon.stop()

@@ -28,17 +28,19 @@ def test_kafka_names_and_defaults(tmp_path: Path) -> None:
     assert cfg.advertised is None and cfg.node_id == 1
     assert cfg.max_request_bytes == DEFAULT_MAX_REQUEST_BYTES == 100 * 1024 * 1024
     assert cfg.auto_create_topics is True and cfg.num_partitions == 1
+    assert cfg.initial_rebalance_delay_ms == 3000  # Kafka's default
     full = parse_config(_config(tmp_path, (
         "  listeners: PLAINTEXT://[::1]:19092\n"
         "  advertised.listeners: PLAINTEXT://localhost:19092\n"
         "  node.id: 7\n  socket.request.max.bytes: 1MiB\n  max.connections: 10\n"
-        "  auto.create.topics.enable: false\n  num.partitions: 4\n"
+        "  auto.create.topics.enable: false\n  num.partitions: 4\n  group.initial.rebalance.delay.ms: 0\n"
     ))).kafka
     assert full is not None
     assert (full.listener.host, full.node_id) == ("::1", 7)
     assert full.advertised == Endpoint("PLAINTEXT", "localhost", 19092)
     assert (full.max_request_bytes, full.max_connections) == (1 << 20, 10)
     assert (full.auto_create_topics, full.num_partitions) == (False, 4)
+    assert full.initial_rebalance_delay_ms == 0
 
 
 @pytest.mark.parametrize(
@@ -53,6 +55,8 @@ def test_kafka_names_and_defaults(tmp_path: Path) -> None:
         ("  listeners: PLAINTEXT://[::1]:9092\n  num.partitions: 0\n", "kafka.num.partitions", "at least 1"),
         ("  listeners: PLAINTEXT://127.0.0.1:9092\n  loopback.users: all\n", "kafka.loopback.users",
          "owner or everyone"),
+        ("  listeners: PLAINTEXT://127.0.0.1:9092\n  group.initial.rebalance.delay.ms: -1\n",
+         "kafka.group.initial.rebalance.delay.ms", "0 or more"),
     ],
 )
 def test_refused(tmp_path: Path, kafka: str, key: str, reason: str) -> None:

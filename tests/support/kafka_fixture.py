@@ -36,7 +36,12 @@ def kafka_port(daemon: Seglogd, timeout: float = 10.0) -> int:
 def start_kafka_daemon(tmp_path: Path, *, kafka: dict[str, Any] | None = None, **kwargs: Any) -> Seglogd:
     """A started seglogd with ``kafka:`` (listeners on port 0 unless given); ``daemon.extra['port']``."""
     daemon = make_seglogd(tmp_path, **kwargs)
-    daemon.settings["kafka"] = {"listeners": "PLAINTEXT://127.0.0.1:0", **(kafka or {})}
+    # a new group's first rebalance waits 0.3 s for more members (Kafka's default 3 s would slow
+    # every test; the oracle broker waits 0): kafka-python joins before its first metadata answer
+    # and assigns nothing when that answer comes later
+    daemon.settings["kafka"] = {
+        "listeners": "PLAINTEXT://127.0.0.1:0", "group.initial.rebalance.delay.ms": 300, **(kafka or {})
+    }
     daemon.write_config()
     daemon.start()
     daemon.extra["port"] = kafka_port(daemon)
