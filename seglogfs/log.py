@@ -174,6 +174,13 @@ class Log:
                 )
             log_obj._transactions.load(loaded, clean_shutdown=clean_shutdown, now_ms=clock_ms(clock))
             load_totals(loaded.segments)  # what is not restored, the counter counts
+            if loaded.recovered_from is not None:
+                # Recovery just read these segments (they are in the page cache): count them now, in
+                # C, so that a kill -9 leaves no background count behind (what recovery scanned is
+                # counted with it).
+                for segment in loaded.segments:
+                    if segment.base_offset >= loaded.recovered_from:
+                        segment.totals.catch_up()
             log_obj.release_files()  # a log not used yet holds no descriptor
             # The directory needs an fsync at the next flush only if loading changed it (or the last
             # run did not close cleanly): an idle log's close then costs no fsync.

@@ -20,6 +20,7 @@ from seglogfs.records import ProducerRecord, TimestampType, encode_batch, encode
 from seglogfs.records._scan import count_run, render_run
 from seglogfs.segment_totals import CHECKPOINT_BATCHES, Goal, SegmentTotals
 from seglogfs.stream_format import JSON_LINES, VALUES
+from seglogfs.totals_counter import TotalsCounter
 from seglogfs.totals_file import TOTALS_SUFFIX, load, totals_path
 from seglogfs.views.value_stream import ValueStream
 
@@ -52,9 +53,10 @@ def test_totals_counted_at_append_are_those_a_count_of_the_files_gives(tmp_path:
             assert stream.size() == len(stream.read(0, 1 << 30))
 
 
-def test_a_kill_after_rolls_recounts_only_the_active_segment(tmp_path: Path) -> None:
+def test_a_kill_after_rolls_recounts_only_the_active_segment(tmp_path: Path, monkeypatch) -> None:
     """The totals of a sealed segment are written at its roll: after kill -9 only what recovery
-    scanned (the active segment) is counted again."""
+    scanned (the active segment) is counted again, by the open itself (no background count left)."""
+    monkeypatch.setattr(TotalsCounter, "watch", lambda self, lg: None)  # no background count here
     directory = tmp_path / "t-0"
     code = (
         "import os, sys; sys.path.insert(0, 'tests'); from support.engine_helpers import config, open_log;"
@@ -66,6 +68,8 @@ def test_a_kill_after_rolls_recounts_only_the_active_segment(tmp_path: Path) -> 
     assert len(sealed) > 3 and len(list(directory.glob(f".*{TOTALS_SUFFIX}"))) == len(sealed)
     with Log.open(directory, config(segment_bytes=4000), clean_shutdown=False) as lg:
         assert [s.totals.saved for s in lg.segments] == [True] * len(sealed) + [False]
+        assert all(s.totals.counted(s.size) for s in lg.segments)
+        assert not lg.info()["view_totals"]["counting"]
         stream = ValueStream(lg)
         assert stream.size() == len(stream.read(0, 1 << 30)) == sum(len(b"v%d\n" % i) * 5 for i in range(400))
 
