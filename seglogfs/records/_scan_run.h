@@ -14,6 +14,9 @@
 #define ATTR_COMPRESSION 0x07
 #define ATTR_LOG_APPEND_TIME 0x08
 #define ATTR_CONTROL 0x20
+/* Runs over at least this many bytes let the other threads run meanwhile (a count of a 4 MiB chunk
+ * takes milliseconds: held, it would stall every request); shorter ones, an append's, keep the GIL. */
+#define RELEASE_GIL_BYTES (256 * 1024)
 
 static uint32_t crc_table[8][256];
 
@@ -144,14 +147,15 @@ static int64_t run_view(const uint8_t *p, const RunBatch *b, int jsonl, Out *out
     }
     const uint8_t *area = p + RUN_HEADER;
     Py_ssize_t limit = b->size - RUN_HEADER;
-    Py_ssize_t end;
+    Py_ssize_t end, failed;
+    Fault fault = {0};
     int64_t before = out->nbytes;
     if (!jsonl) {
         Values v = {0};
         v.o = *out;
         v.min_delta = INT64_MIN;
         v.area = area;
-        end = walk(area, limit, (Py_ssize_t)b->count, out->out ? copy_value : count_value, &v);
+        end = walk_quiet(area, limit, (Py_ssize_t)b->count, out->out ? copy_value : count_value, &v, &failed, &fault);
         *out = v.o;
     } else {
         Lines l = {0};
@@ -165,15 +169,14 @@ static int64_t run_view(const uint8_t *p, const RunBatch *b, int jsonl, Out *out
         l.type_length = (Py_ssize_t)strlen(l.type_name);
         l.plain = 1;
         l.area = area;
-        end = walk(area, limit, (Py_ssize_t)b->count, line, &l);
+        end = walk_quiet(area, limit, (Py_ssize_t)b->count, line, &l, &failed, &fault);
         *out = l.o;
         if (!l.plain) {
             end = -1;
         }
     }
     if (end != limit || out->changed) {
-        PyErr_Clear(); /* a record that does not parse: the Python decoders say what is wrong */
-        return -1;
+        return -1; /* a record that does not parse: the Python decoders say what is wrong */
     }
     return out->nbytes - before;
 }
@@ -210,9 +213,10 @@ static int run_counts(const uint8_t *p, const RunBatch *b, int64_t *values, int6
     both.l.type_name = both.l.fixed ? "LogAppendTime" : "CreateTime";
     both.l.type_length = (Py_ssize_t)strlen(both.l.type_name);
     both.l.plain = 1;
-    Py_ssize_t end = walk(area, limit, (Py_ssize_t)b->count, count_both, &both);
+    Py_ssize_t failed;
+    Fault fault = {0};
+    Py_ssize_t end = walk_quiet(area, limit, (Py_ssize_t)b->count, count_both, &both, &failed, &fault);
     if (end != limit || !both.l.plain) {
-        PyErr_Clear();
         return 0;
     }
     *values = both.v.o.nbytes;
@@ -238,23 +242,24 @@ static PyObject *count_run(PyObject *self, PyObject *args)
     }
     const uint8_t *p = (const uint8_t *)buf.buf;
     Py_ssize_t pos = 0, n = 0, cap = 1024;
-    int64_t *rows = PyMem_Malloc((size_t)cap * 4 * sizeof(int64_t));
+    int64_t *rows = PyMem_RawMalloc((size_t)cap * 4 * sizeof(int64_t));
     if (rows == NULL) {
         PyBuffer_Release(&buf);
         return PyErr_NoMemory();
     }
+    int no_memory = 0;
     RunBatch b;
+    PyThreadState *released = buf.len >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     while (run_batch(p + pos, buf.len - pos, prev_next, limit, &b, check_crc)) {
         int64_t values, jsonl;
         if (!run_counts(p + pos, &b, &values, &jsonl)) {
             break;
         }
         if (n == cap) {
-            int64_t *grown = PyMem_Realloc(rows, (size_t)cap * 2 * 4 * sizeof(int64_t));
+            int64_t *grown = PyMem_RawRealloc(rows, (size_t)cap * 2 * 4 * sizeof(int64_t));
             if (grown == NULL) {
-                PyMem_Free(rows);
-                PyBuffer_Release(&buf);
-                return PyErr_NoMemory();
+                no_memory = 1;
+                break;
             }
             rows = grown;
             cap *= 2;
@@ -267,9 +272,16 @@ static PyObject *count_run(PyObject *self, PyObject *args)
         prev_next = b.next_offset;
         n++;
     }
+    if (released != NULL) {
+        PyEval_RestoreThread(released);
+    }
     PyBuffer_Release(&buf);
+    if (no_memory) {
+        PyMem_RawFree(rows);
+        return PyErr_NoMemory();
+    }
     PyObject *out = PyBytes_FromStringAndSize((const char *)rows, (Py_ssize_t)(n * 4 * sizeof(int64_t)));
-    PyMem_Free(rows);
+    PyMem_RawFree(rows);
     if (out == NULL) {
         return NULL;
     }
@@ -295,6 +307,8 @@ static PyObject *render_run(PyObject *self, PyObject *args)
     int64_t next = prev_next;
     Out o = {0};
     RunBatch b;
+    int release = buf.len >= RELEASE_GIL_BYTES;
+    PyThreadState *released = release ? PyEval_SaveThread() : NULL;
     while (run_batch(p + pos, buf.len - pos, next, limit, &b, 1)) { /* count, and find where the run stops */
         int64_t before = o.nbytes;
         if (run_view(p + pos, &b, jsonl, &o) < 0) {
@@ -306,6 +320,9 @@ static PyObject *render_run(PyObject *self, PyObject *args)
         next = b.next_offset;
         n++;
     }
+    if (released != NULL) {
+        PyEval_RestoreThread(released);
+    }
     PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o.nbytes);
     if (result == NULL) {
         PyBuffer_Release(&buf);
@@ -314,6 +331,7 @@ static PyObject *render_run(PyObject *self, PyObject *args)
     Out w = {(uint8_t *)PyBytes_AS_STRING(result), 0, o.nbytes, 0};
     Py_ssize_t at = 0, last = -1;
     int64_t again = prev_next;
+    released = release ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!run_batch(p + at, buf.len - at, again, limit, &b, 0) || run_view(p + at, &b, jsonl, &w) < 0) {
             w.changed = 1;
@@ -322,6 +340,9 @@ static PyObject *render_run(PyObject *self, PyObject *args)
         last = at;
         at += b.size;
         again = b.next_offset;
+    }
+    if (released != NULL) {
+        PyEval_RestoreThread(released);
     }
     PyBuffer_Release(&buf);
     if (w.changed || w.nbytes != w.cap) {

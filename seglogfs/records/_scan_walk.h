@@ -145,22 +145,25 @@ static PyObject *raise_fault(Py_ssize_t record, const Fault *fault)
 }
 
 /* Walks count records from the area's start; calls visit for each (a no-op when NULL). Returns the
- * position after the last record (the caller checks it is the area's end), or -1 with the error set. */
+ * position after the last record (the caller checks it is the area's end), or -1 with the record's
+ * index in *failed and what is wrong in *fault. Touches no Python object: runs without the GIL. */
 typedef void (*Visit)(const Rec *r, Py_ssize_t i, void *ctx);
 
-static inline __attribute__((always_inline)) Py_ssize_t walk(const uint8_t *p, Py_ssize_t limit, Py_ssize_t count, Visit visit, void *ctx)
+static inline __attribute__((always_inline)) Py_ssize_t walk_quiet(const uint8_t *p, Py_ssize_t limit, Py_ssize_t count, Visit visit, void *ctx,
+                                                                   Py_ssize_t *failed, Fault *fault)
 {
     Rec r;
-    Fault fault = {0};
     Py_ssize_t pos = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (pos >= limit) {
-            PyErr_Format(MalformedRecords, "record %zd at byte %zd: past the end of the batch's records",
-                         i, pos);
+            fault->reason = "past the end of the batch's records";
+            fault->pos = pos;
+            fault->value = 0;
+            *failed = i;
             return -1;
         }
-        if (parse_record(p, pos, limit, &r, &fault) < 0) {
-            raise_fault(i, &fault);
+        if (parse_record(p, pos, limit, &r, fault) < 0) {
+            *failed = i;
             return -1;
         }
         if (visit != NULL) {
@@ -169,6 +172,18 @@ static inline __attribute__((always_inline)) Py_ssize_t walk(const uint8_t *p, P
         pos = r.end;
     }
     return pos;
+}
+
+/* walk_quiet, with the error set (MalformedRecords) when a record does not parse. */
+static inline __attribute__((always_inline)) Py_ssize_t walk(const uint8_t *p, Py_ssize_t limit, Py_ssize_t count, Visit visit, void *ctx)
+{
+    Fault fault = {0};
+    Py_ssize_t failed = 0;
+    Py_ssize_t end = walk_quiet(p, limit, count, visit, ctx, &failed, &fault);
+    if (end < 0) {
+        raise_fault(failed, &fault);
+    }
+    return end;
 }
 
 static int check_count(Py_ssize_t count)

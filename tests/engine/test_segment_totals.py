@@ -193,3 +193,33 @@ def test_checkpoints_of_a_c_run_are_those_of_a_batch_by_batch_count(tmp_path: Pa
         for totals in (in_steps, segment.totals):
             assert totals.state()[0] == by_batch.state()[0]
             assert [list(a) for a in totals.state()[3]] == [list(a) for a in by_batch.state()[3]]
+
+
+def test_long_c_runs_let_other_threads_run() -> None:
+    """A count (or a render) of a 4 MiB chunk takes milliseconds; holding the GIL meanwhile, the
+    background count stalled every request of the mount. With a switch interval too long to preempt,
+    the main thread gets the GIL during the runs only if they release it."""
+    import threading
+
+    runs = b"".join(encode_values([b"x" * 16] * 1000, k * 1000, 1) for k in range(160))  # 3.6 MB
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(40):
+            count_run(runs, 0, 1 << 62)
+            render_run(runs, True, 0, 1 << 62)
+        done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    try:
+        worker = threading.Thread(target=work)
+        worker.start()
+        turns = 0
+        while not done.is_set():
+            time.sleep(0.0005)  # gives up the GIL; takes it back only when the worker lets go
+            turns += 1
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert turns >= 20, turns
