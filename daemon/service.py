@@ -168,6 +168,7 @@ class Daemon:
                       "limit (ulimit -n, LimitNOFILE=)", exc.strerror)
             return 1
         self.notifier.status(f"mounting {self.mount_point}")
+        freeze_long_lived(serving=False)  # nobody waits yet: the start's objects leave the full passes
         try:
             run_mount(self.ops, self.mount_point, read_only=cfg.read_only, allow_other=cfg.allow_other)
         except RuntimeError as exc:
@@ -238,7 +239,7 @@ class Daemon:
         status = f"serving {len(names)} log(s) on {self.mount_point} ({mode})"
         if self.kafka is not None:
             status += f", Kafka clients on {self.config.kafka.listener.host}:{self.kafka.port}"
-        freeze_long_lived()  # before ready: the start's objects never walked by a full collection again
+        freeze_long_lived(serving=True)  # what the mount's start made
         self.notifier.ready(status)
         log.info("%s, %s", status, fuse_library())
         self._print_hints(names)
@@ -393,7 +394,7 @@ class Daemon:
         if self.ops is not None:
             self.ops.context.configs.update(new.mount_defaults, new.mount_logs)
         self.config = new
-        freeze_long_lived()  # the logs the reload made, and the new configs
+        freeze_long_lived(serving=True)  # the logs the reload made, and the new configs
         log.info("config reloaded from %s", self.config_path)
         self.notifier.status(f"serving {len(manager.logs)} log(s) on {self.mount_point} (config reloaded)")
         return True
