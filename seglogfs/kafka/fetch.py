@@ -20,6 +20,8 @@ from .messages import make, nested, response_class
 from .spliced_frame import SplicedBody
 
 if TYPE_CHECKING:
+    from seglogfs.log import Log
+
     from .context import BrokerState
 
 __all__ = ["fetch"]
@@ -31,6 +33,14 @@ READ_COMMITTED = 1
 ZERO_COPY_MIN_BYTES = 32 << 10
 #: descriptors one response may hold open until it is sent (the rest of its partitions are copied)
 ZERO_COPY_MAX_REGIONS = 32
+#: A long poll woken while records stream in (at least STREAM_RECORDS of them, at
+#: STREAM_RECORDS_PER_S or more since it parked) waits COALESCE_S more before it answers: the next
+#: appends land in the same response. Answered at each append instead, a consumer following
+#: `cat > append` costs a round trip per write (128 KiB), whose interpreter time the mount's writes
+#: wait for (bench/kafka.py). Sparse appends (the latency row: a record a wake) answer at once.
+STREAM_RECORDS = 256
+STREAM_RECORDS_PER_S = 500_000
+COALESCE_S = 0.002
 
 
 async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
@@ -46,7 +56,8 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
     every_log_known = len(logs) == sum(len(topic.partitions) for topic in request.topics)
     while True:
         with broker.waiters.watching(names) as appended:
-            remaining = deadline - time.monotonic()
+            parked = time.monotonic()
+            remaining = deadline - parked
             # A consumer at the end of every log it asks for (the usual long poll) parks at once: no
             # response is built only to be dropped.
             at_ends = (
@@ -61,9 +72,17 @@ async def fetch(broker: BrokerState, request: Any, version: int) -> SplicedBody:
             try:
                 async with asyncio.timeout(remaining):  # in this task: no task per wait, as wait_for makes
                     await appended.wait()
+                    if _streaming(logs, parked):
+                        await asyncio.sleep(COALESCE_S)
             except TimeoutError:
                 _read(broker, request, version, body := SplicedBody(None, broker.zero_copy))
                 return body
+
+
+def _streaming(logs: list[tuple[Log, int]], parked: float) -> bool:
+    """Whether records arrived in the logs of a parked poll as a stream does (see COALESCE_S)."""
+    arrived = sum(max(log_obj.end_offset - offset, 0) for log_obj, offset in logs)
+    return arrived >= STREAM_RECORDS and arrived >= STREAM_RECORDS_PER_S * (time.monotonic() - parked)
 
 
 def _read(broker: BrokerState, request: Any, version: int, body: SplicedBody) -> int:
