@@ -1,11 +1,13 @@
 """BatchCache: what reads learn from one batch (its record bounds or its decoded columns), kept in a
 byte-bounded LRU so that the next read of the same batch skips the CRC check and the decode.
 
-One cache per log. Entries are keyed by (segment, batch position): a batch never moves within its
-segment, and the log clears the cache whenever segments leave it (retention, compaction, close). The
-segment is the object, not its base offset: compaction replaces a segment by another with the same base,
-and a reader still on the old segment list may store an entry after the clear (a weak reference confirms
-the object on a hit, so a recycled ``id`` never matches).
+One cache per log, bounded per log and, with every other log's, by the process-wide
+:class:`~seglogfs.read_cache_budget.ReadCacheBudget`. Entries are keyed by (segment, batch position):
+a batch never moves within its segment, and the log clears the cache whenever segments leave it
+(retention, compaction, close). The segment is the object, not its base offset: compaction replaces
+a segment by another with the same base, and a reader still on the old segment list may store an
+entry after the clear (a weak reference confirms the object on a hit, so a recycled ``id`` never
+matches).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 
 from .batch_locator import BatchLocator
 from .errors import CorruptRecordError
+from .read_cache_budget import READ_CACHE_BUDGET, ReadCacheBudget
 from .records import (
     BatchHeader,
     RecordBounds,
@@ -43,8 +46,12 @@ class BatchCache:
     """Record bounds and decoded columns of CRC-checked batches; the least recently used go first
     once their arrays together exceed ``max_bytes``. Thread-safe: concurrent readers share it."""
 
-    def __init__(self, max_bytes: int = DEFAULT_BATCH_CACHE_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = DEFAULT_BATCH_CACHE_BYTES, budget: ReadCacheBudget | None = None
+    ) -> None:
+        """``budget``: the process-wide one unless given."""
         self.max_bytes = max_bytes
+        self._budget = budget if budget is not None else READ_CACHE_BUDGET
         # (view, id(segment), batch position) -> (value, its bytes, weak reference to the segment)
         self._entries: OrderedDict[tuple[int, int, int], tuple[Any, int, weakref.ref[LogSegment]]] = (
             OrderedDict()
@@ -52,7 +59,7 @@ class BatchCache:
         self._bytes = 0
         self._lock = threading.Lock()
         #: the batches lookups found, by offset: cleared with this cache
-        self.locator = BatchLocator()
+        self.locator = BatchLocator(on_growth=self._report)
 
     # bounds() and columns() repeat their few lines of lookup rather than share a helper: a cache
     # hit is every warm Log.read, and an extra call there is measurable.
@@ -84,11 +91,16 @@ class BatchCache:
         return columns
 
     def clear(self) -> None:
-        """Forget every entry (segments left the log, or it closed)."""
+        """Forget every entry (segments left the log, it closed, or the budget needs the memory)."""
         with self._lock:
             self._entries.clear()
             self._bytes = 0
         self.locator.clear()
+        self._budget.report(self, 0)
+
+    def _report(self) -> None:
+        """Tell the budget what this cache and its locator hold, after they grew."""
+        self._budget.report(self, self._bytes + self.locator.size_bytes)
 
     @property
     def size_bytes(self) -> int:
@@ -113,6 +125,7 @@ class BatchCache:
             while self._bytes > self.max_bytes and self._entries:
                 _, (_, evicted_weight, _) = self._entries.popitem(last=False)
                 self._bytes -= evicted_weight
+        self._report()
 
 
 def _decode(segment: LogSegment, header: BatchHeader, decode: Callable[..., _View]) -> _View:

@@ -7,13 +7,15 @@ its segment object, with the same offsets, for the object's life; segments leave
 retention and compaction, which count :attr:`~seglogfs.log.Log.removals`. So an entry is kept with
 the count read before its lookup began and served only while the count is unchanged; the caller still
 checks the offset against the log's range (the start offset moves without removing a segment). The
-log also clears it with its :class:`~seglogfs.batch_cache.BatchCache`. Bounded: emptied when full.
+log also clears it with its :class:`~seglogfs.batch_cache.BatchCache`. Bounded: emptied when full;
+what it holds counts in the :class:`~seglogfs.read_cache_budget.ReadCacheBudget` too.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_right, insort
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .records import BatchHeader, RecordBounds
@@ -25,6 +27,8 @@ __all__ = ["DEFAULT_LOCATED_BATCHES", "DEFAULT_LOCATED_BOUNDS_BYTES", "BatchLoca
 DEFAULT_LOCATED_BATCHES = 1024
 #: bytes of record bounds (4 a record) the entries may keep per log; past it they keep none
 DEFAULT_LOCATED_BOUNDS_BYTES = 4 << 20
+#: what an entry without bounds costs (its header and its place in the lists), for the budget
+LOCATED_ENTRY_BYTES = 300
 
 
 class Located(NamedTuple):
@@ -39,12 +43,17 @@ class Located(NamedTuple):
 class BatchLocator:
     """Recently found batches, searched by offset. Thread-safe."""
 
-    __slots__ = ("_bases", "_bounds_bytes", "_found", "_lock", "max_batches", "max_bounds_bytes")
+    __slots__ = (
+        "_bases", "_bounds_bytes", "_found", "_lock", "_on_growth", "max_batches", "max_bounds_bytes",
+    )
 
     def __init__(self, max_batches: int = DEFAULT_LOCATED_BATCHES,
-                 max_bounds_bytes: int = DEFAULT_LOCATED_BOUNDS_BYTES) -> None:
+                 max_bounds_bytes: int = DEFAULT_LOCATED_BOUNDS_BYTES,
+                 on_growth: Callable[[], None] = lambda: None) -> None:
+        """``on_growth``: called (without the lock) after an entry or bounds were added."""
         self.max_batches = max_batches
         self.max_bounds_bytes = max_bounds_bytes
+        self._on_growth = on_growth
         self._bases: list[int] = []  # sorted base offsets of the entries of _found
         self._found: dict[int, Located] = {}
         self._bounds_bytes = 0
@@ -75,6 +84,7 @@ class BatchLocator:
             elif old.bounds is not None:
                 self._bounds_bytes -= old.bounds.nbytes
             self._found[base] = Located(removals, segment, header)
+        self._on_growth()
 
     def keep_bounds(self, entry: Located, bounds: RecordBounds) -> None:
         """Keep ``bounds`` (taken once the batch's CRC held) with ``entry``, while within the budget."""
@@ -86,6 +96,12 @@ class BatchLocator:
                 return
             self._found[base] = entry._replace(bounds=bounds)
             self._bounds_bytes += bounds.nbytes
+        self._on_growth()
+
+    @property
+    def size_bytes(self) -> int:
+        """About what the entries hold (for the budget)."""
+        return len(self._bases) * LOCATED_ENTRY_BYTES + self._bounds_bytes
 
     def clear(self) -> None:
         """Forget every batch (segments left the log, or it closed)."""

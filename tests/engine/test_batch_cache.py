@@ -7,6 +7,7 @@ from support.engine_helpers import config, open_log
 
 from seglogfs.batch_cache import BatchCache
 from seglogfs.errors import CorruptRecordError
+from seglogfs.read_cache_budget import ReadCacheBudget
 from seglogfs.records import RecordBounds, RecordColumns
 
 
@@ -75,3 +76,31 @@ def test_a_segment_replaced_at_the_same_base_offset_gets_its_own_entries(tmp_pat
     assert len(cache) == 4
     old_log.close()
     new_log.close()
+
+
+def test_every_logs_caches_together_stay_within_one_budget(tmp_path, monkeypatch):
+    """Each log's cache is bounded (32 MiB); thousands of logs read by offset (`tar` of a broker's
+    copy) would add those bounds up. Together they stay within the process-wide budget: the caches
+    that grew least recently are emptied, and their logs read on, exactly."""
+    import seglogfs.batch_cache
+
+    budget = ReadCacheBudget(max_bytes=200_000)
+    monkeypatch.setattr(seglogfs.batch_cache, "READ_CACHE_BUDGET", budget)
+    logs = []
+    for n in range(12):
+        log = open_log(tmp_path / f"many-{n}", config())
+        for b in range(20):
+            log.append_values([b"%d-%d-%d" % (n, b, i) for i in range(500)])
+        logs.append(log)
+    for _ in range(2):
+        for n, log in enumerate(logs):
+            for offset in range(0, 10_000, 97):
+                assert log.read(offset).value == b"%d-%d-%d" % (n, offset // 500, offset % 500)
+            held = sum(lg._batch_cache.size_bytes + lg._batch_cache.locator.size_bytes for lg in logs)
+            assert held == budget.held_bytes  # what each cache reported is what it holds
+            one = log._batch_cache.size_bytes + log._batch_cache.locator.size_bytes
+            assert budget.held_bytes <= budget.max_bytes + one  # the newest cache is never emptied
+    assert budget.held_bytes < 12 * one  # unbounded, every log would keep its own
+    for log in logs:
+        log.close()
+    assert budget.held_bytes == 0
