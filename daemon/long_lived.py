@@ -30,5 +30,5 @@ def freeze_long_lived(*, serving: bool) -> None:
     started = time.monotonic()
     gc.collect(1 if serving else 2)
     gc.freeze()
-    log.debug("%d objects frozen out of the collector's passes in %.3fs", gc.get_freeze_count(),
-              time.monotonic() - started)
+    log.debug("%d objects frozen out of the collector's passes in %.3fs (%s)", gc.get_freeze_count(),
+              time.monotonic() - started, "young generations collected" if serving else "full collection")
