@@ -42,3 +42,39 @@ def test_another_local_user_is_served_only_when_the_config_says_everyone(daemon:
         assert theirs.returncode != 0 and b"from root" not in theirs.stdout
         assert f"(uid {NOBODY}) is neither the daemon's nor root" in daemon.stderr()
     assert (daemon.mount / "events-0" / "records").read_bytes() == b"from root\n"  # nothing else came in
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_kernel_names_the_clients_user_by_netlink_and_by_its_tables_alike(host: str) -> None:
+    """The netlink query (one socket looked up) and the socket tables (a line per socket of the host)
+    name the same owner: another user's client, ours, and none for a connection nobody made."""
+    import socket
+
+    from seglogfs.kafka.loopback_peer import _ask_netlink, _read_tables, peer_uid
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as server:
+        server.bind((host, 0))
+        server.listen()
+        server.settimeout(20)
+        port = server.getsockname()[1]
+        client = f"exec 3<>/dev/tcp/{host}/{port}; sleep 30"  # bash's connect: runs as any user
+        as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        other = subprocess.Popen([*as_nobody, "bash", "-c", client])
+        try:
+            accepted, _ = server.accept()
+            with accepted:
+                ours, theirs = accepted.getsockname(), accepted.getpeername()
+                assert _ask_netlink(ours, theirs) == _read_tables(ours, theirs) == NOBODY
+                assert peer_uid(ours, theirs) == NOBODY
+        finally:
+            other.kill()
+            other.wait()
+        with socket.create_connection((host, port)) as mine:
+            accepted, _ = server.accept()
+            with accepted:
+                ours, theirs = accepted.getsockname(), accepted.getpeername()
+                assert _ask_netlink(ours, theirs) == _read_tables(ours, theirs) == 0  # root's, the suite's
+            assert mine.fileno() >= 0
+    unknown = ((host, 1), (host, 2))
+    assert _ask_netlink(*unknown) is None and _read_tables(*unknown) is None
