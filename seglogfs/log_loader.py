@@ -31,6 +31,7 @@ from .log_files import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    PRODUCER_SNAPSHOT_SUFFIX,
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -274,14 +275,18 @@ class LogLoader:
         tail. Kafka cuts at the first bad batch and deletes every later segment; seglogfs keeps the
         intact batches after damage and every later segment (they may hold the only copy of their
         records): the damage stays in place, its offsets unreadable, and appends go after the last
-        intact batch of the active segment. A page a power loss lost past ``recovery_point`` in the
-        active segment is a torn tail, cut with what follows (see ``LogSegment.recover``)."""
+        intact batch of the active segment. Except a page a power loss lost past ``recovery_point``
+        (see ``LogSegment.recover``): nothing from there on was promised durable (a flush covering it
+        would have written it), so it is cut with what follows, and, in a sealed segment, every later
+        segment is deleted, as Kafka does."""
         LogSegments.link(segments)  # each segment's offset limit: a witness for its last batch
         if first < len(segments):
             base = segments[first].base_offset
             self._recovered_from = base if self._recovered_from is None else min(self._recovered_from, base)
-        for segment in segments[first:]:
-            truncated = segment.recover(cut_torn_tail=segment is segments[-1], recovery_point=recovery_point)
+        for i in range(first, len(segments)):
+            segment = segments[i]
+            last = i == len(segments) - 1
+            truncated = segment.recover(cut_torn_tail=last, recovery_point=recovery_point)
             if truncated:
                 log.warning(
                     "%s: recovery cut %d bytes of torn or corrupt data at position %d of %s",
@@ -290,6 +295,27 @@ class LogLoader:
                     segment.size,
                     segment.log_path,
                 )
+            if truncated and not last:
+                self._drop_segments_after_a_lost_page(segments[i + 1 :])
+                del segments[i + 1 :]
+                break
+
+    def _drop_segments_after_a_lost_page(self, later: list[LogSegment]) -> None:
+        """Delete the segments after a sealed one whose lost page recovery cut: they hold records past
+        it, which no flush covered (renamed ``.deleted`` first: a kill in between leaves leftovers the
+        next load removes), with the producer snapshots at or above their bases."""
+        for segment in later:
+            log.warning("%s: deleting %s: it follows a page lost past the recovery point",
+                        self.name, segment.log_path.name)
+            renamed = segment.rename_suffix(DELETED_SUFFIX)
+            segment.close(trim=False)
+            for path in renamed:
+                path.unlink(missing_ok=True)
+        first_dropped = later[0].base_offset
+        for snapshot in self.dir.glob("*" + PRODUCER_SNAPSHOT_SUFFIX):
+            named = parse_offset_file_name(snapshot.name)
+            if named is not None and named[1] == PRODUCER_SNAPSHOT_SUFFIX and named[0] >= first_dropped:
+                snapshot.unlink(missing_ok=True)
 
     def _grow_active_indexes(self, active: LogSegment) -> None:
         """After loading, grow the active segment's indexes back to ``segment.index.bytes``. On a full

@@ -159,6 +159,9 @@ class SegmentRecovery:
     def recover(self, *, cut_torn_tail: bool = True, recovery_point: int | None = None) -> Rebuilt:
         """Rebuild both indexes from the intact batches of the .log (every batch CRC-checked); with
         ``cut_torn_tail`` (the active segment) cut its torn tail (``Rebuilt.truncated``: the bytes cut).
+        A page lost past ``recovery_point`` is cut with what follows in any segment, sealed or not (a
+        power loss right after a roll leaves the sealed segment's last pages unflushed too); the
+        loader then drops the segments after it.
 
         Only a torn tail is cut: damage with no intact batch after it, or a last batch whose offsets do
         not continue its predecessor's. Kafka's LogSegment.recover cuts at the first bad batch; here
@@ -174,14 +177,19 @@ class SegmentRecovery:
         progress = self._reset_indexes_for_rebuild()
         valid = kept = 0
         next_offset = segment.base_offset
+        lost_page = False
         for header in self._recovered_batches(check_last=cut_torn_tail):
-            if (cut_torn_tail and recovery_point is not None and header.position > valid
-                    and next_offset >= recovery_point and self._unwritten_page_in(valid, header.position)):
+            if (recovery_point is not None and header.position > valid and next_offset >= recovery_point
+                    and self._unwritten_page_in(valid, header.position)):
+                lost_page = True
                 break  # a page lost past the flushed end: the rest is a torn tail
             next_offset = header.last_offset + 1
             self._index_rebuilt_batch(header, progress)
             valid, kept = header.end_position, kept + header.size
-        truncated = segment.size - valid if cut_torn_tail else 0
+        if (not lost_page and recovery_point is not None and valid < segment.size
+                and next_offset >= recovery_point and self._unwritten_page_in(valid, segment.size)):
+            lost_page = True  # the last pages lost, nothing intact after them
+        truncated = segment.size - valid if cut_torn_tail or lost_page else 0
         if truncated:
             segment.truncate(valid)
         if kept < segment.size:

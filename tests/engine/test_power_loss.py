@@ -328,6 +328,42 @@ def test_a_lost_page_past_the_recovery_point_is_cut_with_what_follows(tmp_path: 
     assert verify_paths([tmp_path / "lost"]).ok
 
 
+def test_a_lost_page_of_a_sealed_segment_past_the_recovery_point_is_cut_with_the_segments_after_it(
+    tmp_path: Path,
+) -> None:
+    """A roll just before the power loss leaves the sealed segment's last pages unflushed too; one of
+    them lost, with a later page kept, was damage kept in place for ever (iter_records raised, verify
+    failed: found by the campaign). It is cut as in the active segment, and the segments after it,
+    which hold only records no flush covered, are deleted, as Kafka's recovery does."""
+    data = tmp_path / "data"
+    cfg = LogConfig.from_mapping(CONFIGS[PLAIN])
+    with LogManager(data, log_configs={PLAIN: cfg}) as manager:
+        lg = manager.create_log(PLAIN)
+        lg.append_values([plain_value(o) for o in range(10)])
+        lg.flush()
+        manager.checkpoint()
+        flushed = lg.recovery_point
+        for first in range(10, 150, 5):
+            lg.append_values([plain_value(o) for o in range(first, first + 5)])
+        lg.roll()
+        lg.append_values([plain_value(o) for o in range(150, 160)])
+        shutil.copytree(data, tmp_path / "lost")  # the page cache as a kill -9 leaves it...
+    sealed = tmp_path / "lost" / PLAIN / "00000000000000000000.log"
+    assert sealed.stat().st_size > 3 * 4096
+    with sealed.open("r+b") as f:  # ...and the sealed segment's second page never written back
+        f.seek(4096)
+        f.write(bytes(4096))
+    with LogManager(tmp_path / "lost", log_configs={PLAIN: cfg}) as manager:
+        lg = manager.get(PLAIN)
+        records = [(r.offset, r.value) for r in lg.iter_records()]
+        assert flushed <= lg.end_offset < 150 and len(lg.segments) == 1
+        assert records == [(o, plain_value(o)) for o in range(lg.end_offset)]
+        end = lg.end_offset
+        assert lg.append_values([plain_value(end)]).first_offset == end
+    assert not list((tmp_path / "lost" / PLAIN).glob("00000000000000000150.*"))
+    assert verify_paths([tmp_path / "lost"]).ok
+
+
 def test_a_clean_close_whose_index_trims_a_power_loss_lost_loads_and_closes_again(tmp_path: Path) -> None:
     """The clean-shutdown marker is fsync'd; the trims of the active segment's indexes before it are
     not. A power loss may keep the marker with the indexes at their preallocated length, zeros: an
