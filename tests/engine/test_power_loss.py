@@ -300,10 +300,10 @@ def test_a_power_loss_during_a_cleaner_swap_keeps_the_replaced_records(tmp_path:
         )
 
 
-def test_a_lost_page_past_the_recovery_point_is_cut_with_what_follows(tmp_path: Path) -> None:
-    """Pages are written back in any order: a power loss may keep a later page of the active segment
-    and lose an earlier one (zeros) past the flushed end. Nothing there was promised durable; kept in
-    place, the stretch would be damage for ever (EIO, verify exit 1). It is cut as a torn tail."""
+def _lose_the_second_page(tmp_path: Path, *, roll_after: bool) -> tuple[LogConfig, int]:
+    """A log flushed after 10 records, then 140 more in its first segment (and, ``roll_after``, a roll
+    and 10 in the next), copied as a kill -9 leaves it (``tmp_path/lost``) with the first segment's
+    second page never written back (zeros): the config and the flushed end."""
     data = tmp_path / "data"
     cfg = LogConfig.from_mapping(CONFIGS[PLAIN])
     with LogManager(data, log_configs={PLAIN: cfg}) as manager:
@@ -314,17 +314,35 @@ def test_a_lost_page_past_the_recovery_point_is_cut_with_what_follows(tmp_path: 
         flushed = lg.recovery_point
         for first in range(10, 150, 5):
             lg.append_values([plain_value(o) for o in range(first, first + 5)])
-        shutil.copytree(data, tmp_path / "lost")  # the page cache as a kill -9 leaves it...
-    active = tmp_path / "lost" / PLAIN / "00000000000000000000.log"
-    assert active.stat().st_size > 3 * 4096
-    with active.open("r+b") as f:  # ...and the second page never written back
+        if roll_after:
+            lg.roll()
+            lg.append_values([plain_value(o) for o in range(150, 160)])
+        shutil.copytree(data, tmp_path / "lost")
+    first_segment = tmp_path / "lost" / PLAIN / "00000000000000000000.log"
+    assert first_segment.stat().st_size > 3 * 4096
+    with first_segment.open("r+b") as f:
         f.seek(4096)
         f.write(bytes(4096))
-    with LogManager(tmp_path / "lost", log_configs={PLAIN: cfg}) as manager:
-        lg = manager.get(PLAIN)
-        records = [(r.offset, r.value) for r in lg.iter_records()]
-        assert flushed <= lg.end_offset < 150
-        assert records == [(o, plain_value(o)) for o in range(lg.end_offset)]
+    return cfg, flushed
+
+
+def _recovered_prefix(tmp_path: Path, cfg: LogConfig, flushed: int) -> LogManager:
+    """The lost copy opened: every record up to its end, none lost that a flush covered, none past
+    the lost page. The manager is returned open."""
+    manager = LogManager(tmp_path / "lost", log_configs={PLAIN: cfg})
+    lg = manager.get(PLAIN)
+    records = [(r.offset, r.value) for r in lg.iter_records()]
+    assert flushed <= lg.end_offset < 150
+    assert records == [(o, plain_value(o)) for o in range(lg.end_offset)]
+    return manager
+
+
+def test_a_lost_page_past_the_recovery_point_is_cut_with_what_follows(tmp_path: Path) -> None:
+    """Pages are written back in any order: a power loss may keep a later page of the active segment
+    and lose an earlier one (zeros) past the flushed end. Nothing there was promised durable; kept in
+    place, the stretch would be damage for ever (EIO, verify exit 1). It is cut as a torn tail."""
+    cfg, flushed = _lose_the_second_page(tmp_path, roll_after=False)
+    _recovered_prefix(tmp_path, cfg, flushed).close()
     assert verify_paths([tmp_path / "lost"]).ok
 
 
@@ -335,29 +353,10 @@ def test_a_lost_page_of_a_sealed_segment_past_the_recovery_point_is_cut_with_the
     them lost, with a later page kept, was damage kept in place for ever (iter_records raised, verify
     failed: found by the campaign). It is cut as in the active segment, and the segments after it,
     which hold only records no flush covered, are deleted, as Kafka's recovery does."""
-    data = tmp_path / "data"
-    cfg = LogConfig.from_mapping(CONFIGS[PLAIN])
-    with LogManager(data, log_configs={PLAIN: cfg}) as manager:
-        lg = manager.create_log(PLAIN)
-        lg.append_values([plain_value(o) for o in range(10)])
-        lg.flush()
-        manager.checkpoint()
-        flushed = lg.recovery_point
-        for first in range(10, 150, 5):
-            lg.append_values([plain_value(o) for o in range(first, first + 5)])
-        lg.roll()
-        lg.append_values([plain_value(o) for o in range(150, 160)])
-        shutil.copytree(data, tmp_path / "lost")  # the page cache as a kill -9 leaves it...
-    sealed = tmp_path / "lost" / PLAIN / "00000000000000000000.log"
-    assert sealed.stat().st_size > 3 * 4096
-    with sealed.open("r+b") as f:  # ...and the sealed segment's second page never written back
-        f.seek(4096)
-        f.write(bytes(4096))
-    with LogManager(tmp_path / "lost", log_configs={PLAIN: cfg}) as manager:
+    cfg, flushed = _lose_the_second_page(tmp_path, roll_after=True)
+    with _recovered_prefix(tmp_path, cfg, flushed) as manager:
         lg = manager.get(PLAIN)
-        records = [(r.offset, r.value) for r in lg.iter_records()]
-        assert flushed <= lg.end_offset < 150 and len(lg.segments) == 1
-        assert records == [(o, plain_value(o)) for o in range(lg.end_offset)]
+        assert len(lg.segments) == 1
         end = lg.end_offset
         assert lg.append_values([plain_value(end)]).first_offset == end
     assert not list((tmp_path / "lost" / PLAIN).glob("00000000000000000150.*"))
