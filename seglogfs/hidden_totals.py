@@ -13,7 +13,9 @@ transaction with a batch there is complete (its marker is in the log), so which 
 changes. A sealed segment wholly below the last stable offset is counted once; the segment holding the
 last stable offset or the log end again when either moved. A segment no aborted transaction overlaps
 costs no read; in the others only the batches within the aborted transactions' offset ranges are walked
-(the offset index finds the first). Not kept across restarts: a start counts again, in the background.
+(the offset index finds the first). A sealed segment's total is kept in its totals file
+(:mod:`seglogfs.totals_file`) with a checksum of the aborted ranges it was counted under: at the next
+start it is taken again, without a read, when the ``.log`` is the same file and the ranges the same.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -33,7 +37,10 @@ from .segment import LogSegment
 from .stream_format import JSON_LINES, VALUES
 from .transaction_index import AbortedTxn
 
-__all__ = ["ZERO", "HiddenLog", "HiddenTotal", "count_log", "hidden_total", "pending", "want"]
+__all__ = [
+    "ZERO", "HiddenLog", "HiddenTotal", "count_log", "hidden_total", "kept_total", "pending", "restore",
+    "want",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +48,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class HiddenTotal:
     """The ``records`` and ``records.jsonl`` bytes of one segment's aborted data batches below offset
-    ``upto``."""
+    ``upto``, counted under the aborted ranges whose checksum is ``ranges``."""
 
     values: int
     jsonl: int
     upto: int
+    ranges: int = 0
 
     def covers(self, cut: int, frontier: int) -> bool:
         """Whether this total is the hidden part of the batches below offset ``cut`` of a segment whose
@@ -80,9 +88,13 @@ class HiddenLog(Protocol):
 
     def hidden_batch(self) -> Callable[[BatchHeader], bool]: ...
 
+    def save_sealed_totals(self, segment: LogSegment, *, again: bool = False) -> None: ...
+
 
 # Weak: a segment retention or the cleaner replaced takes its total with it.
 _TOTALS: weakref.WeakKeyDictionary[LogSegment, HiddenTotal] = weakref.WeakKeyDictionary()
+#: totals read from the segments' totals files, taken by the next count when their ranges still hold
+_KEPT: weakref.WeakKeyDictionary[LogSegment, HiddenTotal] = weakref.WeakKeyDictionary()
 _WANTED: weakref.WeakSet[HiddenLog] = weakref.WeakSet()
 _PENDING: weakref.WeakKeyDictionary[HiddenLog, int] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -99,6 +111,20 @@ def want(lg: HiddenLog) -> None:
 def hidden_total(segment: LogSegment) -> HiddenTotal | None:
     """The hidden bytes of ``segment``, if counted."""
     return _TOTALS.get(segment)
+
+
+def restore(segment: LogSegment, total: HiddenTotal) -> None:
+    """A total ``segment``'s totals file kept (its ``.log`` is the same file); the next count takes it
+    if the aborted ranges it was counted under are still those of the log."""
+    _KEPT[segment] = total
+
+
+def kept_total(segment: LogSegment) -> HiddenTotal | None:
+    """What the totals file of the sealed ``segment`` keeps: its total when it covers the segment whole."""
+    found = _TOTALS.get(segment)
+    if found is None or segment.offset_limit is None or found.upto != segment.offset_limit:
+        return None
+    return found
 
 
 def pending(lg: HiddenLog) -> int:
@@ -130,8 +156,15 @@ def count_log(lg: HiddenLog) -> None:
     for left, (segment, cut) in enumerate(todo):
         if lg.closed:
             return
-        with contextlib.suppress(FileNotFoundError):  # retention or the cleaner took it meanwhile
-            _TOTALS[segment] = _count(segment, cut, ranges, hidden)
+        overlapping = _overlapping(segment, cut, ranges)
+        kept = _KEPT.pop(segment, None)
+        if kept is not None and kept.upto == cut and kept.ranges == _ranges_key(overlapping):
+            _TOTALS[segment] = kept  # the same .log, the same aborted ranges: nothing to read
+        else:
+            with contextlib.suppress(FileNotFoundError):  # retention or the cleaner took it meanwhile
+                _TOTALS[segment] = _count(segment, cut, overlapping, hidden)
+                if cut == segment.offset_limit:
+                    lg.save_sealed_totals(segment, again=True)  # for the next start
         _PENDING[lg] = len(todo) - left - 1
 
 
@@ -158,21 +191,32 @@ def _merged(aborted: Sequence[AbortedTxn]) -> list[tuple[int, int]]:
     return ranges
 
 
-def _count(
-    segment: LogSegment, cut: int, ranges: Sequence[tuple[int, int]], hidden: Callable[[BatchHeader], bool]
-) -> HiddenTotal:
-    """The hidden bytes of ``segment`` below offset ``cut``: its batches within ``ranges`` that
-    ``hidden`` names."""
+def _overlapping(segment: LogSegment, cut: int, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``ranges`` with offsets in ``segment`` below ``cut``."""
     base = segment.base_offset
-    overlapping = [(first, last) for first, last in ranges if last >= base and first < cut]
+    return [(first, last) for first, last in ranges if last >= base and first < cut]
+
+
+def _ranges_key(overlapping: Sequence[tuple[int, int]]) -> int:
+    """A checksum of the aborted ranges a total was counted under."""
+    return zlib.crc32(b"".join(struct.pack("<qq", first, last) for first, last in overlapping))
+
+
+def _count(
+    segment: LogSegment, cut: int, overlapping: Sequence[tuple[int, int]],
+    hidden: Callable[[BatchHeader], bool],
+) -> HiddenTotal:
+    """The hidden bytes of ``segment`` below offset ``cut``: its batches within ``overlapping`` (the
+    aborted ranges with offsets there) that ``hidden`` names."""
+    key = _ranges_key(overlapping)
     if not overlapping:
-        return HiddenTotal(0, 0, cut)
+        return HiddenTotal(0, 0, cut, key)
     values = jsonl = 0
     path = str(segment.log_path)
     fd = segment.open_reader_fd()
     try:
         for first, last in overlapping:
-            position = segment.offset_index.lookup(max(first, base)).position
+            position = segment.offset_index.lookup(max(first, segment.base_offset)).position
             for header, data in segment.iter_batches(position, fd=fd, on_damage=lambda d: None):
                 if header.base_offset > last or header.base_offset >= cut:
                     break
@@ -186,4 +230,4 @@ def _count(
                 values, jsonl = values + v, jsonl + j
     finally:
         os.close(fd)
-    return HiddenTotal(values, jsonl, cut)
+    return HiddenTotal(values, jsonl, cut, key)

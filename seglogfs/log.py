@@ -606,12 +606,12 @@ class Log:
             self._transactions.snapshot(new.base_offset)  # as Kafka: at every roll, at the new base
             return new
 
-    def save_sealed_totals(self, segment: LogSegment) -> None:
+    def save_sealed_totals(self, segment: LogSegment, *, again: bool = False) -> None:
         """Keep the view totals of the sealed ``segment`` in its totals file once they are counted to
-        its end (a restart then counts nothing of it, even after kill -9); a failure only costs a
-        recount."""
+        its end (a restart then counts nothing of it, even after kill -9); ``again``: rewrite a saved
+        file (its read_committed total is counted now); a failure only costs a recount."""
         with self._lock:  # one writer of the file at a time (the counter's thread, a roll, close)
-            if self.read_only or self._closed or segment.totals.saved:
+            if self.read_only or self._closed or (segment.totals.saved and not again):
                 return
             if not segment.totals.counted(segment.size):
                 return

@@ -28,7 +28,7 @@ _IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a clean
 class CountedLog(HiddenLog, Protocol):
     """What the counter reads of a log (a :class:`~seglogfs.log.Log`)."""
 
-    def save_sealed_totals(self, segment: LogSegment) -> None: ...
+    def save_sealed_totals(self, segment: LogSegment, *, again: bool = False) -> None: ...
 
 
 class TotalsCounter:

@@ -10,7 +10,9 @@ file. A write is a new file renamed over the old one, not fsync'd: a file a cras
 checksum and is counted again.
 
 Layout: the magic line, a little-endian u32 length and that many bytes of JSON (base offset, the
-``.log``'s inode, size and mtime_ns, the frontier, the checkpoint count), the four checkpoint arrays
+``.log``'s inode, size and mtime_ns, the frontier, the checkpoint count, and, once counted, the bytes
+read_committed hides in it with the checksum of the aborted ranges they were counted under:
+:mod:`seglogfs.hidden_totals`), the four checkpoint arrays
 (int64), then the zlib CRC-32 of everything before it. A file that fails its checksum or does not parse,
 or whose ``.log`` is not the same file (inode, size, mtime), is ignored: that segment is counted again,
 never trusted blindly.
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import hidden_totals
 from .segment_totals import Point
 
 if TYPE_CHECKING:
@@ -89,6 +92,9 @@ def save_segment(segment: LogSegment) -> None:
         "base": segment.base_offset, "ino": ino, "size": size, "mtime_ns": mtime_ns,
         "frontier": list(frontier), "since": [since_batches, since_bytes], "checkpoints": len(arrays[0]),
     }
+    hidden = hidden_totals.kept_total(segment)
+    if hidden is not None:
+        entry["hidden"] = [hidden.values, hidden.jsonl, hidden.upto, hidden.ranges]
     header = json.dumps(entry, separators=(",", ":")).encode()
     body = b"".join([_MAGIC, struct.pack("<I", len(header)), header, *map(_native, arrays)])
     path = totals_path(segment.dir, segment.base_offset)
@@ -183,6 +189,9 @@ def load(segments: Sequence[LogSegment]) -> int:
             continue
         since = entry["since"]
         segment.totals.restore(Point(*map(int, entry["frontier"])), (int(since[0]), int(since[1])), arrays)
+        hidden = entry.get("hidden")
+        if isinstance(hidden, list) and len(hidden) == 4 and all(type(n) is int for n in hidden):
+            hidden_totals.restore(segment, hidden_totals.HiddenTotal(*hidden))
         segment.totals.saved = True
         restored += 1
     return restored

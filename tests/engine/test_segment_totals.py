@@ -223,3 +223,52 @@ def test_long_c_runs_let_other_threads_run() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert turns >= 20, turns
+
+
+def test_read_committed_totals_of_sealed_segments_are_kept_across_a_clean_restart(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The bytes read_committed hides in a sealed segment go to its totals file with a checksum of the
+    aborted ranges: a clean restart takes them without reading the segment (only the active one is
+    counted again); under other ranges they are counted again, never trusted blindly."""
+    from support.transactions import write_txn_log
+
+    from seglogfs import hidden_totals
+    from seglogfs.read_committed import READ_COMMITTED
+
+    monkeypatch.setattr(TotalsCounter, "watch", lambda self, lg: None)  # counted here, in this thread
+    directory = tmp_path / "txn-0"
+    expected = write_txn_log(directory, 300)
+    counted: list[int] = []
+    real_count = hidden_totals._count
+
+    def count(segment, *args):
+        counted.append(segment.base_offset)
+        return real_count(segment, *args)
+
+    monkeypatch.setattr(hidden_totals, "_count", count)
+
+    def open_and_count(clean: bool = True) -> tuple[Log, list[hidden_totals.HiddenTotal | None]]:
+        lg = Log.open(directory, config(), clean_shutdown=clean)
+        for segment in lg.segments:
+            segment.totals.catch_up()
+            lg.save_sealed_totals(segment)
+        hidden_totals.want(lg)
+        hidden_totals.count_log(lg)
+        stream = ValueStream(lg, isolation=READ_COMMITTED)
+        assert stream.size() == len(stream.read(0, 1 << 30)) == len(expected)
+        return lg, [hidden_totals.hidden_total(s) for s in lg.segments]
+
+    lg, first = open_and_count(clean=False)  # a broker's files: recovery finds the transactions
+    bases = [s.base_offset for s in lg.segments]
+    assert len(bases) == 4 and counted == bases
+    lg.close()
+    counted.clear()
+    lg, again = open_and_count()  # the sealed ones from their files, the active one read again
+    assert counted == bases[-1:] and again[:-1] == first[:-1]
+    lg.close()
+    monkeypatch.setattr(hidden_totals, "_ranges_key", lambda overlapping: 12345)  # other ranges
+    counted.clear()
+    lg, _ = open_and_count()
+    assert counted == bases
+    lg.close()

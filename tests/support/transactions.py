@@ -423,3 +423,64 @@ def _end(scenario: Scenario, rng: random.Random, pid: int) -> None:
 def _values(rng: random.Random, pid: int, step: int) -> list[bytes]:
     # long, repetitive values: gzip must shrink them or kafka-python stores the batch uncompressed
     return [(f"p{pid}-s{step}-r{i}|" * 6).encode() for i in range(rng.randint(1, 5))]
+
+
+TXN_LOG_SEGMENTS = 4
+
+
+class _Builder:
+    """Batches at consecutive offsets, and the values a read_committed reader sees."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.pieces: list[bytes] = []
+        self.visible: list[bytes] = []
+
+    def send(self, values: list[bytes], pid: int = -1, *, show: bool = True) -> None:
+        txn = pid >= 0
+        self.pieces.append(data_batch(self.offset, values, producer_id=pid, epoch=0 if txn else -1,
+                                      base_sequence=0 if txn else -1, transactional=txn))
+        self.offset += len(values)
+        if show:
+            self.visible.extend(values)
+
+    def marker(self, pid: int, kind: int) -> None:
+        self.pieces.append(control_batch(self.offset, pid, 0, kind))
+        self.offset += 1
+
+    def fill(self, template: bytes, count: int) -> None:
+        """``count`` copies of the one-record batch ``template`` (the CRC leaves out the base offset)."""
+        fill = bytearray(template * count)
+        for i in range(count):
+            struct.pack_into(">q", fill, i * len(template), self.offset + i)
+        self.pieces.append(bytes(fill))
+        self.offset += count
+        self.visible.extend([b"plain"] * count)
+
+    def segment(self) -> bytes:
+        data, self.pieces = b"".join(self.pieces), []
+        return data
+
+
+def write_txn_log(log_dir: Path, filler: int) -> bytes:
+    """A broker-shaped log of 4 segments, each with committed and aborted transactions around
+    ``filler`` plain one-record batches, and a transaction left open in the last one (followed by more
+    batches, which read_committed never shows); the ``records`` bytes a read_committed reader sees."""
+    log_dir.mkdir(parents=True)
+    template = data_batch(0, [b"plain"])
+    b = _Builder()
+    for k in range(TXN_LOG_SEGMENTS):
+        base = b.offset
+        b.send([b"aborted-%d-a" % k, b"aborted-%d-b" % k], 1000 + k, show=False)
+        b.send([b"plain-%d" % k])
+        b.send([b"committed-%d" % k], 2000 + k)
+        b.marker(1000 + k, ABORT)
+        b.marker(2000 + k, COMMIT)
+        b.fill(template, filler)
+        b.send([b"aborted-late-%d" % k], 3000 + k, show=False)
+        b.marker(3000 + k, ABORT)
+        if k == TXN_LOG_SEGMENTS - 1:
+            b.send([b"open"], 4000, show=False)  # never completed: the last stable offset
+            b.send([b"after-the-open-one"], show=False)
+        (log_dir / f"{base:020d}.log").write_bytes(b.segment())
+    return b"".join(v + b"\n" for v in b.visible)
