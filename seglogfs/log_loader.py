@@ -31,7 +31,6 @@ from .log_files import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    PRODUCER_SNAPSHOT_SUFFIX,
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -303,7 +302,8 @@ class LogLoader:
     def _drop_segments_after_a_lost_page(self, later: list[LogSegment]) -> None:
         """Delete the segments after a sealed one whose lost page recovery cut: they hold records past
         it, which no flush covered (renamed ``.deleted`` first: a kill in between leaves leftovers the
-        next load removes), with the producer snapshots at or above their bases."""
+        next load removes). Their producer snapshots go when the producer state loads (it drops those
+        above the first recovered segment)."""
         for segment in later:
             log.warning("%s: deleting %s: it follows a page lost past the recovery point",
                         self.name, segment.log_path.name)
@@ -311,11 +311,6 @@ class LogLoader:
             segment.close(trim=False)
             for path in renamed:
                 path.unlink(missing_ok=True)
-        first_dropped = later[0].base_offset
-        for snapshot in self.dir.glob("*" + PRODUCER_SNAPSHOT_SUFFIX):
-            named = parse_offset_file_name(snapshot.name)
-            if named is not None and named[1] == PRODUCER_SNAPSHOT_SUFFIX and named[0] >= first_dropped:
-                snapshot.unlink(missing_ok=True)
 
     def _grow_active_indexes(self, active: LogSegment) -> None:
         """After loading, grow the active segment's indexes back to ``segment.index.bytes``. On a full

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 STEP_BATCHES = 50_000
 _IDLE_S = 0.5  # how often the thread looks for segments left uncounted (a cleaner's new ones...)
+#: a look at every log at least this often, even while new logs keep waking the thread
+_EVERY_LOG_AT_LEAST_S = 2.0
 
 
 class CountedLog(HiddenLog, Protocol):
@@ -59,14 +61,18 @@ class TotalsCounter:
             self._logs.discard(lg)
 
     def _run(self) -> None:
+        every_log_looked_at = time.monotonic()
         while True:
             woken = self._wake.wait(_IDLE_S)
             self._wake.clear()
+            now = time.monotonic()
+            every_log = not woken or now - every_log_looked_at >= _EVERY_LOG_AT_LEAST_S
             with self._lock:
-                if woken:  # new logs: those only; every log at the next idle look
-                    logs = [lg for ref in self._fresh if (lg := ref()) is not None and lg in self._logs]
-                else:
+                if every_log:
                     logs = list(self._logs)
+                    every_log_looked_at = now
+                else:  # new logs: those only
+                    logs = [lg for ref in self._fresh if (lg := ref()) is not None and lg in self._logs]
                 self._fresh.clear()
             for lg in logs:
                 try:
